@@ -1,0 +1,53 @@
+"""The HACPO maths: pure torch, engine-agnostic, tested against ``spec/hacpo-algorithm.md``.
+
+- :mod:`~hacpo.algo.advantages` — GRPO group advantages (§2.1); capability-aware joint advantages (§3.2)
+- :mod:`~hacpo.algo.capability` — P̂ window and ω (§3.1)
+- :mod:`~hacpo.algo.ratios` — token / GSPO sequence / cross-agent ratios (§2.2, §3.4)
+- :mod:`~hacpo.algo.losses` — GRPO, GSPO, Naive and HACPO losses, stepwise clip, k3 KL (§3.5–3.6)
+- :mod:`~hacpo.algo.methods` — the method registry (§2, §8)
+"""
+
+from .advantages import capability_baseline, group_advantages, group_by_prompt, joint_advantages
+from .capability import CapabilityTracker, omega, omega_matrix, step_accuracy
+from .losses import (
+    LossSpec,
+    MiniBatch,
+    cross_bounds,
+    gspo_row_loss,
+    hacpo_cross_row_loss,
+    k3_kl,
+    policy_loss,
+    rows_with_gradient,
+    stepwise_lower_bound,
+)
+from .methods import METHODS, Method, get_method, method_names
+from .ratios import gspo_token_ratio, masked_mean, seq_mean_logp, sequence_log_ratio, token_ratio
+
+__all__ = [
+    "METHODS",
+    "CapabilityTracker",
+    "LossSpec",
+    "Method",
+    "MiniBatch",
+    "capability_baseline",
+    "cross_bounds",
+    "get_method",
+    "group_advantages",
+    "group_by_prompt",
+    "gspo_row_loss",
+    "gspo_token_ratio",
+    "hacpo_cross_row_loss",
+    "joint_advantages",
+    "k3_kl",
+    "masked_mean",
+    "method_names",
+    "omega",
+    "omega_matrix",
+    "policy_loss",
+    "rows_with_gradient",
+    "seq_mean_logp",
+    "sequence_log_ratio",
+    "step_accuracy",
+    "stepwise_lower_bound",
+    "token_ratio",
+]

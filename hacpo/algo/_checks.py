@@ -1,0 +1,35 @@
+"""Input validation shared by the maths: fail early with a message that names the problem and the fix."""
+
+from __future__ import annotations
+
+import torch
+
+
+def as_float(name: str, x) -> torch.Tensor:
+    t = torch.as_tensor(x)
+    if not torch.is_floating_point(t):
+        t = t.to(torch.get_default_dtype())
+    return t
+
+
+def check_finite(name: str, t: torch.Tensor) -> None:
+    if t.numel() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN/inf); rewards and log-probs must be finite")
+
+
+def check_nonempty(name: str, t: torch.Tensor) -> None:
+    if t.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); every group needs at least one response")
+
+
+def check_same_shape(**tensors: torch.Tensor) -> None:
+    shapes = {k: tuple(v.shape) for k, v in tensors.items()}
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"shape mismatch: {shapes}; these tensors must have identical shapes")
+
+
+def check_rows(n_rows: int, **tensors: torch.Tensor) -> None:
+    bad = {k: tuple(v.shape) for k, v in tensors.items() if v.dim() == 0 or v.shape[0] != n_rows}
+    if bad:
+        raise ValueError(f"expected {n_rows} rows (first dimension) but got {bad}")

@@ -1,0 +1,228 @@
+"""Policy losses: GRPO, GSPO, Naive sharing and HACPO (spec §2, §3.3–3.6), plus k3 KL (§3.6).
+
+One entry point, :func:`policy_loss`, takes a :class:`MiniBatch` and a :class:`LossSpec` (built from the
+method registry) and returns ``(loss, metrics)``. Advantages, ω and old log-probs are constants; the maths
+here is batched over rows with no Python loop over samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ._checks import check_finite, check_rows, check_same_shape
+from .ratios import LOG_RATIO_GUARD, gspo_token_ratio, masked_mean, token_ratio
+
+LossKind = Literal["grpo", "gspo", "naive", "hacpo"]
+CrossClip = Literal["stepwise", "static", "none"]
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """Every knob of the per-mini-batch loss. Defaults are the paper's (§7)."""
+
+    kind: LossKind = "hacpo"
+    eps_low: float = 3e-4  # GSPO self clip (GRPO uses 0.2 / 0.28)
+    eps_high: float = 4e-4
+    cross_clip_low: float = 0.8  # the lower bound 1−δ itself, never δ (§3.5 naming trap)
+    delta_step: float = 0.025
+    cross_clip: CrossClip = "stepwise"  # "static": δ_step = 0; "none": c = s (ablations, §8)
+    alpha: float = 1.0  # exponential IS exponent α ≥ 0 (§3.4)
+    omega_in_loss: bool = True  # False: ω^(j,k) := 1 in the cross term (HACPO − ω, §8)
+    kl_beta: float = 1e-3
+    log_ratio_guard: float = LOG_RATIO_GUARD
+
+    def __post_init__(self):
+        if self.kind not in ("grpo", "gspo", "naive", "hacpo"):
+            raise ValueError(f"unknown loss kind {self.kind!r}; choose grpo, gspo, naive or hacpo")
+        if self.cross_clip not in ("stepwise", "static", "none"):
+            raise ValueError(f"unknown cross_clip {self.cross_clip!r}; choose stepwise, static or none")
+        if not 0.5 <= self.cross_clip_low <= 1.0:
+            raise ValueError(
+                f"cross_clip_low={self.cross_clip_low} must be the lower bound 1−δ in [0.5, 1] (e.g. 0.8); "
+                "if you passed δ (e.g. 0.2), pass 1−δ instead"
+            )
+        if self.alpha < 0 or self.delta_step < 0 or self.kl_beta < 0 or self.eps_low < 0 or self.eps_high < 0:
+            raise ValueError(f"alpha, delta_step, kl_beta and eps must be ≥ 0: {self}")
+
+
+@dataclass
+class MiniBatch:
+    """One learner's mini-batch, rows = own + cross sequences in the learner's tokenisation.
+
+    ``logp``      [R, T] current learner token log-probs (requires grad)
+    ``mask``      [R, T] response-token mask
+    ``adv``       [R]    learner's advantages A^(k) (constants)
+    ``old_mean_logp`` [R] ratio denominator: own rows → learner's pre-update mean log-prob; cross rows →
+                          generating agent's pre-update mean log-prob over *its* tokenisation (§3.4)
+    ``is_own``    [R] bool; ``omega`` [R] ω^(j,k) for cross rows (ignored on own rows)
+    ``old_logp``  [R, T] token-level old log-probs (GRPO only); ``ref_logp`` [R, T] reference (KL, own rows)
+    """
+
+    logp: torch.Tensor
+    mask: torch.Tensor
+    adv: torch.Tensor
+    old_mean_logp: torch.Tensor
+    is_own: torch.Tensor | None = None
+    omega: torch.Tensor | None = None
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    n_total: int | None = None  # N_m when rows without gradient were dropped (see rows_with_gradient)
+
+    def validate(self) -> None:
+        if self.logp.dim() != 2:
+            raise ValueError(f"logp must be [rows, tokens], got {tuple(self.logp.shape)}")
+        check_same_shape(logp=self.logp, mask=self.mask)
+        r = self.logp.shape[0]
+        if r == 0:
+            raise ValueError("mini-batch is empty; it needs at least one row")
+        check_rows(r, adv=self.adv, old_mean_logp=self.old_mean_logp)
+        for name in ("is_own", "omega"):
+            if getattr(self, name) is not None:
+                check_rows(r, **{name: getattr(self, name)})
+        for name in ("old_logp", "ref_logp"):
+            if getattr(self, name) is not None:
+                check_same_shape(logp=self.logp, **{name: getattr(self, name)})
+        check_finite("adv", self.adv)
+        check_finite("old_mean_logp", self.old_mean_logp)
+
+    def own_rows(self) -> torch.Tensor:
+        if self.is_own is None:
+            return torch.ones(self.logp.shape[0], dtype=torch.bool, device=self.logp.device)
+        return self.is_own.bool()
+
+
+def stepwise_lower_bound(m: int, cross_clip_low: float = 0.8, delta_step: float = 0.025) -> float:
+    """lo_m = min(1, (1−δ) + m·δ_step), m = optimizer updates already done in this step (§3.5, T11)."""
+    if m < 0:
+        raise ValueError(f"update index m must be ≥ 0, got {m}")
+    return min(1.0, cross_clip_low + m * delta_step)
+
+
+def cross_bounds(spec: LossSpec, m: int) -> tuple[float, float]:
+    """Clip interval for cross ratios at update m: stepwise, static (δ_step = 0) or none (±inf)."""
+    if spec.cross_clip == "none":
+        return float("-inf"), float("inf")
+    step = spec.delta_step if spec.cross_clip == "stepwise" else 0.0
+    return stepwise_lower_bound(m, spec.cross_clip_low, step), 1.0
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Low-variance k3 estimator per token, r = log π_ref − log π_θ, k3 = e^r − r − 1; token mean (§3.6)."""
+    r = (ref_logp - logp).clamp(-20.0, 20.0)
+    return masked_mean(torch.exp(r) - r - 1.0, mask)
+
+
+def gspo_row_loss(s_tok, adv, eps_low, eps_high) -> torch.Tensor:
+    """PPO-clipped GSPO surrogate per token, max(−A·s, −A·clip(s, 1−ε_l, 1+ε_h)) (§2.2, §3.6 own row)."""
+    a = adv[:, None]
+    return torch.maximum(-a * s_tok, -a * s_tok.clamp(1.0 - eps_low, 1.0 + eps_high))
+
+
+def hacpo_cross_row_loss(s_tok, adv, omega, lo, hi, alpha) -> torch.Tensor:
+    """Cross term −ω·A·c·sg(c)^α with c = clamp(s, lo, hi), a hard clamp (§3.5–3.6).
+
+    Inside the bounds ∇ = −ω·sg(s)^(α+1)·A·∇ mean log π (T3); outside, c is constant and ∇ = 0.
+    """
+    c = s_tok.clamp(lo, hi)
+    return -(omega * adv)[:, None] * c * c.detach().pow(alpha)
+
+
+def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
+    if x.numel() == 0:
+        return {}
+    return {f"{prefix}_mean": float(x.mean()), f"{prefix}_min": float(x.min()), f"{prefix}_max": float(x.max())}
+
+
+def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-learner, per-mini-batch loss L_m = (1/N_m)·Σ_i l_i + β·KL_own (§3.6), for every loss kind.
+
+    - ``grpo``: token ratio, clip 0.2/0.28 from ``spec``, token-mean over the mini-batch (§2.1).
+    - ``gspo``: GSPO-token, seq-mean-token-mean (§2.2).
+    - ``naive``: the GSPO surrogate on *all* rows; cross rows use the ratio against ``old_mean_logp``
+      (the source's pre-update policy by default, or the learner's own old log-prob when the engine runs
+      ``naive_cross_ratio: self_old``); advantages are the plain joint normalisation; no ω, no α, no
+      asymmetric or stepwise clip (§2.5, the spec's "most plausible" definition — chosen because it keeps
+      exactly HACPO's rollout/update budget and changes only the four mechanisms).
+    - ``hacpo``: own rows GSPO; cross rows −ω·A·c·sg(c)^α with c = clamp(s, lo_m, 1) (§3.6).
+    KL (k3) is averaged over own rows only; a mini-batch with no own row has no KL term.
+
+    Metrics: ``s_homo_*``/``s_hete_*`` (mean/min/max of sequence ratios), clip fractions, ω, mean advantage.
+    """
+    batch.validate()
+    own = batch.own_rows()
+    cross = ~own
+    if spec.kind in ("grpo", "gspo") and bool(cross.any()):
+        raise ValueError(f"loss kind {spec.kind!r} is single-agent: the mini-batch must hold own rows only")
+    n_rows = batch.logp.shape[0]
+    metrics: dict[str, float] = {"rows": float(n_rows), "own_rows": float(own.sum()), "adv_mean": float(batch.adv.mean())}
+
+    if spec.kind == "grpo":
+        if batch.old_logp is None:
+            raise ValueError("GRPO needs token-level old_logp")
+        r = token_ratio(batch.logp, batch.old_logp, spec.log_ratio_guard)
+        a = batch.adv[:, None]
+        tok = torch.maximum(-a * r, -a * r.clamp(1.0 - spec.eps_low, 1.0 + spec.eps_high))
+        pg = masked_mean(tok, batch.mask)  # token-mean over the mini-batch
+        clipped = ((a > 0) & (r > 1 + spec.eps_high)) | ((a < 0) & (r < 1 - spec.eps_low))
+        metrics["own_clip_frac"] = float(masked_mean(clipped.float(), batch.mask))
+        metrics.update(_stats("s_homo", masked_mean(r.detach(), batch.mask, dim=1)))
+    else:
+        s_tok, s = gspo_token_ratio(batch.logp, batch.mask, batch.old_mean_logp, spec.log_ratio_guard)
+        tok = gspo_row_loss(s_tok, batch.adv, spec.eps_low, spec.eps_high)
+        a = batch.adv
+        own_clipped = ((a > 0) & (s > 1 + spec.eps_high)) | ((a < 0) & (s < 1 - spec.eps_low))
+        if spec.kind == "hacpo" and bool(cross.any()):
+            lo, hi = cross_bounds(spec, m)
+            w = batch.omega if (batch.omega is not None and spec.omega_in_loss) else torch.ones_like(a)
+            tok_cross = hacpo_cross_row_loss(s_tok, a, w.to(s_tok.dtype), lo, hi, spec.alpha)
+            tok = torch.where(cross[:, None], tok_cross, tok)
+            inside = (s >= lo) & (s <= hi)
+            metrics.update(
+                cross_lo=lo if lo != float("-inf") else 0.0,
+                cross_in_bounds_frac=float(inside[cross].float().mean()),
+                cross_below_frac=float((s < lo)[cross].float().mean()),
+                cross_above_frac=float((s > hi)[cross].float().mean()),
+            )
+            if batch.omega is not None:
+                metrics["omega_mean"] = float(batch.omega[cross].double().mean())
+        elif bool(cross.any()):  # naive: the GSPO clip on cross rows too
+            metrics["cross_clip_frac"] = float(own_clipped[cross].float().mean())
+        row = masked_mean(tok, batch.mask, dim=1)
+        pg = row.sum() / (batch.n_total or n_rows)  # seq-mean over N_m = own + cross rows, equal weight (§3.6)
+        if bool(own.any()):
+            metrics["own_clip_frac"] = float(own_clipped[own].float().mean())
+        metrics.update(_stats("s_homo", s[own]))
+        metrics.update(_stats("s_hete", s[cross]))
+
+    loss = pg
+    if spec.kl_beta > 0 and batch.ref_logp is not None and bool(own.any()):
+        kl = k3_kl(batch.logp[own], batch.ref_logp[own], batch.mask[own])
+        loss = loss + spec.kl_beta * kl
+        metrics["kl"] = float(kl.detach())
+    metrics["pg_loss"] = float(pg.detach())
+    metrics["loss"] = float(loss.detach())
+    return loss, metrics
+
+
+def rows_with_gradient(batch: MiniBatch, spec: LossSpec, m: int, s: torch.Tensor) -> torch.Tensor:
+    """Rows whose loss has a non-zero gradient given the current sequence ratios ``s`` ([R], from a no-grad
+    forward with the *current* weights). Dropping the other rows from the backward is exact, provided the
+    loss keeps dividing by the full N_m. Own rows always keep a gradient while the KL term is on."""
+    own = batch.own_rows()
+    if spec.kind == "grpo":  # token-mean normaliser: keep every row
+        return torch.ones_like(own)
+    a = batch.adv
+    live = a != 0
+    clipped = ((a > 0) & (s > 1 + spec.eps_high)) | ((a < 0) & (s < 1 - spec.eps_low))
+    live_gspo = live & ~clipped
+    if spec.kind == "hacpo":
+        lo, hi = cross_bounds(spec, m)
+        live = torch.where(own, live_gspo, live & (s >= lo) & (s <= hi))
+    else:
+        live = live_gspo
+    if spec.kl_beta > 0 and batch.ref_logp is not None:
+        live = live | own
+    return live
