@@ -15,7 +15,9 @@ def as_float(name: str, x) -> torch.Tensor:
 def check_finite(name: str, t: torch.Tensor) -> None:
     if t.numel() and not bool(torch.isfinite(t).all()):
         bad = int((~torch.isfinite(t)).sum())
-        raise ValueError(f"{name} contains {bad} non-finite value(s) (NaN/inf); rewards and log-probs must be finite")
+        raise ValueError(
+            f"{name} contains {bad} non-finite value(s) (NaN/inf); rewards and log-probs must be finite"
+        )
 
 
 def check_nonempty(name: str, t: torch.Tensor) -> None:

@@ -16,7 +16,7 @@ EPS = 1e-6  # §2.1, §3.2.5
 
 def _unbiased_std(x: torch.Tensor, dim) -> torch.Tensor:
     n = 1
-    for d in (dim if isinstance(dim, tuple) else (dim,)):
+    for d in dim if isinstance(dim, tuple) else (dim,):
         n *= x.shape[d]
     if n < 2:  # a single response has no spread; std is defined as 0 so A = R − mean = 0
         return torch.zeros_like(x.mean(dim=dim, keepdim=True))
@@ -111,10 +111,14 @@ def group_by_prompt(prompt_ids, agent_ids, n_agents: int):
     pid = torch.as_tensor(prompt_ids).long()
     aid = torch.as_tensor(agent_ids).long()
     if pid.shape != aid.shape or pid.dim() != 1:
-        raise ValueError(f"prompt_ids and agent_ids must be 1-D of equal length, got {pid.shape}, {aid.shape}")
+        raise ValueError(
+            f"prompt_ids and agent_ids must be 1-D of equal length, got {pid.shape}, {aid.shape}"
+        )
     check_nonempty("prompt_ids", pid)
     if int(aid.min()) < 0 or int(aid.max()) >= n_agents:
-        raise ValueError(f"agent ids must lie in [0, {n_agents}), got range [{int(aid.min())}, {int(aid.max())}]")
+        raise ValueError(
+            f"agent ids must lie in [0, {n_agents}), got range [{int(aid.min())}, {int(aid.max())}]"
+        )
     uniq, pinv = torch.unique(pid, return_inverse=True)
     key = pinv * n_agents + aid
     counts = torch.bincount(key, minlength=len(uniq) * n_agents)

@@ -61,8 +61,9 @@ class CapabilityTracker:
         """Push one step's per-agent rewards (any shape each); returns P̂ for all agents, ``[n]``."""
         if len(step_rewards) != self.n_agents:
             raise ValueError(f"expected rewards for {self.n_agents} agents, got {len(step_rewards)}")
-        for h, r in zip(self.history, step_rewards, strict=True):
-            h.append(step_accuracy(r))
+        accs = [step_accuracy(r) for r in step_rewards]  # validate all before touching any window
+        for h, acc in zip(self.history, accs, strict=True):
+            h.append(acc)
         self.steps_seen += 1
         return self.p_hat()
 
@@ -78,7 +79,11 @@ class CapabilityTracker:
         return omega_matrix(self.p_hat())
 
     def state_dict(self) -> dict:
-        return {"window": self.window, "history": [list(h) for h in self.history], "steps_seen": self.steps_seen}
+        return {
+            "window": self.window,
+            "history": [list(h) for h in self.history],
+            "steps_seen": self.steps_seen,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state["window"] != self.window or len(state["history"]) != self.n_agents:

@@ -87,6 +87,8 @@ class MiniBatch:
                 check_same_shape(logp=self.logp, **{name: getattr(self, name)})
         check_finite("adv", self.adv)
         check_finite("old_mean_logp", self.old_mean_logp)
+        if self.omega is not None:
+            check_finite("omega", self.omega)
 
     def own_rows(self) -> torch.Tensor:
         if self.is_own is None:
@@ -133,7 +135,11 @@ def hacpo_cross_row_loss(s_tok, adv, omega, lo, hi, alpha) -> torch.Tensor:
 def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
     if x.numel() == 0:
         return {}
-    return {f"{prefix}_mean": float(x.mean()), f"{prefix}_min": float(x.min()), f"{prefix}_max": float(x.max())}
+    return {
+        f"{prefix}_mean": float(x.mean()),
+        f"{prefix}_min": float(x.min()),
+        f"{prefix}_max": float(x.max()),
+    }
 
 
 def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
@@ -157,7 +163,11 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
     if spec.kind in ("grpo", "gspo") and bool(cross.any()):
         raise ValueError(f"loss kind {spec.kind!r} is single-agent: the mini-batch must hold own rows only")
     n_rows = batch.logp.shape[0]
-    metrics: dict[str, float] = {"rows": float(n_rows), "own_rows": float(own.sum()), "adv_mean": float(batch.adv.mean())}
+    metrics: dict[str, float] = {
+        "rows": float(n_rows),
+        "own_rows": float(own.sum()),
+        "adv_mean": float(batch.adv.mean()),
+    }
 
     if spec.kind == "grpo":
         if batch.old_logp is None:
@@ -175,8 +185,12 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
         a = batch.adv
         own_clipped = ((a > 0) & (s > 1 + spec.eps_high)) | ((a < 0) & (s < 1 - spec.eps_low))
         if spec.kind == "hacpo" and bool(cross.any()):
+            if spec.omega_in_loss and batch.omega is None:
+                raise ValueError(
+                    "HACPO cross rows need omega (ω^(j,k) per row); pass omega or use omega_in_loss=False"
+                )
             lo, hi = cross_bounds(spec, m)
-            w = batch.omega if (batch.omega is not None and spec.omega_in_loss) else torch.ones_like(a)
+            w = batch.omega if spec.omega_in_loss else torch.ones_like(a)
             tok_cross = hacpo_cross_row_loss(s_tok, a, w.to(s_tok.dtype), lo, hi, spec.alpha)
             tok = torch.where(cross[:, None], tok_cross, tok)
             inside = (s >= lo) & (s <= hi)
@@ -191,7 +205,9 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
         elif bool(cross.any()):  # naive: the GSPO clip on cross rows too
             metrics["cross_clip_frac"] = float(own_clipped[cross].float().mean())
         row = masked_mean(tok, batch.mask, dim=1)
-        pg = row.sum() / (batch.n_total or n_rows)  # seq-mean over N_m = own + cross rows, equal weight (§3.6)
+        pg = row.sum() / (
+            batch.n_total or n_rows
+        )  # seq-mean over N_m = own + cross rows, equal weight (§3.6)
         if bool(own.any()):
             metrics["own_clip_frac"] = float(own_clipped[own].float().mean())
         metrics.update(_stats("s_homo", s[own]))

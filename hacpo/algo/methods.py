@@ -38,7 +38,7 @@ class Method:
         delta_step: float = 0.025,
         kl_beta: float = 1e-3,
     ) -> LossSpec:
-        """The loss knobs for this method, filled with the pair's hyper-parameters where the method has none."""
+        """This method's loss knobs; the pair's hyper-parameters fill what the method leaves open."""
         eps = (0.2, 0.28) if self.loss == "grpo" else (3e-4, 4e-4)
         return LossSpec(
             kind=self.loss,

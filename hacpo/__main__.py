@@ -1,0 +1,5 @@
+import sys
+
+from hacpo.cli import main
+
+sys.exit(main())

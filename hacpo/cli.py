@@ -1,0 +1,165 @@
+"""``hacpo <command>``: the single entry point for users and workflow rules.
+
+Commands: ``methods``, ``data``, ``build-agent``, ``train``, ``eval``, ``demo``. Bad input fails fast with a
+message naming the problem, before any model is built.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+
+def _parse_sets(pairs: list[str]) -> dict:
+    out = {}
+    for item in pairs or []:
+        if "=" not in item:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def cmd_methods(args) -> int:
+    from hacpo.algo import METHODS
+
+    for m in METHODS.values():
+        print(f"{m.name:20s} {json.dumps({k: v for k, v in m.to_dict().items() if k != 'name'})}")
+    print("hacpo_alpha<N>       hacpo with α = N (e.g. hacpo_alpha3, hacpo_alpha1p5)")
+    return 0
+
+
+def cmd_data(args) -> int:
+    from hacpo.data.synthetic import make_splits, write_jsonl
+
+    splits = make_splits(
+        args.families, seed=args.seed, n_test=args.n_test, n_dev=args.n_dev, n_train=args.n_train
+    )
+    out = Path(args.out)
+    for name, problems in splits.items():
+        write_jsonl(out / f"{name}.jsonl", [p.to_dict() for p in problems])
+        print(f"{name}: {len(problems)} problems → {out / f'{name}.jsonl'}")
+    return 0
+
+
+def cmd_build_agent(args) -> int:
+    from hacpo.agents.warmup import build_agent_from_args
+
+    info = build_agent_from_args(args)
+    print(json.dumps({k: info[k] for k in ("path", "dev_acc", "steps", "params") if k in info}, indent=2))
+    return 0
+
+
+def cmd_train(args) -> int:
+    from hacpo.config import load_train_config
+    from hacpo.engines.local import train
+
+    cfg = load_train_config(args.config, **_parse_sets(args.set))
+    if args.progress:
+        cfg = cfg.model_copy(update={"progress": True})
+    run = train(cfg)
+    print(json.dumps({"status": run["status"], "step": run["step"], "out_dir": cfg.out_dir}))
+    return 0
+
+
+def cmd_eval(args) -> int:
+    from hacpo.eval import Sampling, evaluate
+    from hacpo.eval.local import LocalGenerator
+
+    sampling = Sampling(
+        greedy=not args.sample,
+        k=args.k,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        prompt_style=args.style,
+        seed=args.seed,
+    )
+    for b in args.benchmark:
+        if not Path(b).is_file():
+            raise ValueError(f"benchmark file {b!r} does not exist")
+    if not (Path(args.checkpoint) / "config.json").is_file():
+        raise ValueError(f"{args.checkpoint!r} is not a Hugging Face checkpoint directory (no config.json)")
+    gen = LocalGenerator(args.checkpoint, device=args.device, threads=args.threads)
+    for b in args.benchmark:
+        prefix = Path(args.out) / Path(b).stem
+        summary = evaluate(gen, b, prefix, sampling, limit=args.limit, scorer_workers=args.scorer_workers)
+        print(json.dumps({k: v for k, v in summary.items() if k != "sampling"}))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from hacpo.demo import run_demo
+
+    run_demo(Path(args.out), seeds=args.seeds, steps=args.steps)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hacpo", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("methods", help="list the method registry").set_defaults(func=cmd_methods)
+
+    d = sub.add_parser("data", help="write synthetic train/dev/test splits as JSONL")
+    d.add_argument("--families", nargs="+", default=["add2"])
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--n-test", type=int, default=1000)
+    d.add_argument("--n-dev", type=int, default=200)
+    d.add_argument("--n-train", type=int, default=None)
+    d.add_argument("--out", required=True)
+    d.set_defaults(func=cmd_data)
+
+    b = sub.add_parser("build-agent", help="build a tiny local agent and warm it up by SFT (cached)")
+    b.add_argument("--spec", required=True, help="YAML file with the warm-up spec (see config/agents)")
+    b.add_argument("--data", required=True, help="directory with train.jsonl and dev.jsonl")
+    b.add_argument("--out", required=True)
+    b.add_argument("--threads", type=int, default=1)
+    b.set_defaults(func=cmd_build_agent)
+
+    t = sub.add_parser("train", help="train one run (resumes from its last checkpoint)")
+    t.add_argument("config", help="YAML run config (see hacpo.config.TrainConfig)")
+    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
+    t.add_argument("--progress", action="store_true")
+    t.set_defaults(func=cmd_train)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint on benchmark JSONL files")
+    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--benchmark", nargs="+", required=True)
+    e.add_argument("--out", required=True, help="output directory")
+    e.add_argument("--sample", action="store_true", help="sample k responses instead of greedy decoding")
+    e.add_argument("--k", type=int, default=1)
+    e.add_argument("--temperature", type=float, default=1.0)
+    e.add_argument("--top-p", type=float, default=1.0)
+    e.add_argument("--max-new-tokens", type=int, default=13)
+    e.add_argument("--style", choices=["compact", "paper"], default="compact")
+    e.add_argument("--limit", type=int, default=None)
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default="auto")
+    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--scorer-workers", type=int, default=0)
+    e.set_defaults(func=cmd_eval)
+
+    m = sub.add_parser("demo", help="toy end-to-end demo on CPU: data → agents → GSPO vs HACPO → table")
+    m.add_argument("--out", default="results/demo")
+    m.add_argument("--seeds", type=int, nargs="+", default=[0])
+    m.add_argument("--steps", type=int, default=30)
+    m.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"hacpo {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Typed, validated run configuration (one training run: a method, its agents, a seed, hyper-parameters).
+
+Everything is checked before any model is built: an unknown method, a missing checkpoint or data file,
+an agent count that does not fit the method, δ passed where 1−δ is meant — each gives one clear message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hacpo.algo import LossSpec, Method, get_method
+
+
+class AgentRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    path: str  # a Hugging Face model directory (model + tokenizer with a chat template)
+
+
+class TrainConfig(BaseModel):
+    """One training run. Defaults are the CPU toy regime of ``notes/toy-calibration.md``; the paper's values
+    are in ``config/paper.yaml``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    method: str
+    agents: list[AgentRef]
+    train_file: str
+    out_dir: str
+    val_file: str | None = None
+    seed: int = 42
+
+    steps: int = Field(30, ge=1)
+    prompts_per_step: int = Field(16, ge=1)
+    group_size: int = Field(8, ge=1)  # G: rollouts per prompt per agent (×2 for gspo_x2)
+    minibatch_size: int = Field(64, ge=1)  # sequences per optimizer update
+    lr: float = Field(3e-5, gt=0)
+    betas: tuple[float, float] = (0.9, 0.99)
+    weight_decay: float = Field(0.01, ge=0)
+    grad_clip: float = Field(1.0, gt=0)
+    kl_beta: float = Field(1e-3, ge=0)
+
+    alpha: float = Field(1.0, ge=0)  # exponential IS α (pair default; hacpo_alpha<N> overrides)
+    cross_clip_low: float = 0.8  # the lower bound 1−δ (NOT δ)
+    delta_step: float = Field(0.025, ge=0)
+    capability_window: int = Field(5, ge=1)
+    omega_warmup_steps: int = Field(0, ge=0)
+    minibatch_order: Literal["mixed", "self_first"] = "mixed"
+    cross_eos: Literal["strip", "keep_text"] = "strip"
+    gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] = "epochs"
+    naive_cross_ratio: Literal["source", "self_old"] = "source"
+
+    prompt_style: Literal["compact", "paper"] = "compact"
+    max_new_tokens: int = Field(13, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    old_logp: Literal["auto", "sampler", "forward"] = "auto"  # sampler log-probs are exact at T=1, top_p=1
+
+    val_every: int = Field(10, ge=0)  # 0: validate only before and after training
+    val_size: int = Field(1000, ge=0)
+    checkpoint_every: int = Field(10, ge=0)  # 0: final checkpoint only
+    keep_checkpoints: int = Field(2, ge=1)
+    threads: int = Field(1, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    scorer_workers: int = Field(0, ge=0)
+    progress: bool = False
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, v: str) -> str:
+        get_method(v)  # raises ValueError naming the known methods
+        return v
+
+    @field_validator("cross_clip_low")
+    @classmethod
+    def _lower_bound(cls, v: float) -> float:
+        if not 0.5 <= v <= 1.0:
+            raise ValueError(
+                f"cross_clip_low={v} is the lower clip bound 1−δ, in [0.5, 1] (paper: 0.8 or 0.9); "
+                "if you meant δ=0.2, write cross_clip_low: 0.8"
+            )
+        return v
+
+    @model_validator(mode="after")
+    def _agents_fit_method(self):
+        method = self.resolved_method()
+        names = [a.name for a in self.agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agent names must be unique, got {names}")
+        if method.joint and len(self.agents) < 2:
+            raise ValueError(
+                f"method {self.method!r} is collaborative and needs ≥ 2 agents, got {len(names)}"
+            )
+        if not method.joint and len(self.agents) != 1:
+            raise ValueError(f"method {self.method!r} trains a single agent; give exactly one, got {names}")
+        return self
+
+    def resolved_method(self) -> Method:
+        name = self.method
+        if name == "gspo_updates_x2" and self.gspo_updates_x2_mode == "half_minibatch":
+            name = "gspo_updates_x2_half_minibatch"
+        method = get_method(name)
+        if method.loss == "naive":
+            method = get_method(name, naive_cross_ratio=self.naive_cross_ratio)
+        return method
+
+    def loss_spec(self) -> LossSpec:
+        return self.resolved_method().loss_spec(
+            alpha=self.alpha,
+            cross_clip_low=self.cross_clip_low,
+            delta_step=self.delta_step,
+            kl_beta=self.kl_beta,
+        )
+
+    def check_paths(self) -> None:
+        """Existence checks, separate from schema validation so configs can be validated anywhere."""
+        problems = []
+        if not Path(self.train_file).is_file():
+            problems.append(f"train_file {self.train_file!r} does not exist (run `hacpo data` to make it)")
+        if self.val_file and not Path(self.val_file).is_file():
+            problems.append(f"val_file {self.val_file!r} does not exist")
+        for a in self.agents:
+            if not (Path(a.path) / "config.json").is_file():
+                problems.append(
+                    f"agent {a.name!r}: {a.path!r} is not a Hugging Face model directory (no config.json); "
+                    "build it with `hacpo build-agent` or point `path` at a checkpoint"
+                )
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+def format_validation_error(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"]) or "(config)"
+        lines.append(f"  {loc}: {e['msg']}")
+    return "invalid run config:\n" + "\n".join(lines)
+
+
+def load_train_config(path_or_dict, **overrides) -> TrainConfig:
+    """Load a YAML/JSON file (or dict), apply overrides, validate. Raises ValueError with every problem."""
+    if isinstance(path_or_dict, dict):
+        data = dict(path_or_dict)
+    else:
+        with open(path_or_dict) as f:
+            data = yaml.safe_load(f) or {}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as err:
+        raise ValueError(format_validation_error(err)) from None

@@ -1,0 +1,621 @@
+"""The local engine: a real single-process trainer for every method of the registry (CPU or one GPU).
+
+It follows the per-step procedure of ``spec/hacpo-algorithm.md`` §5 exactly and takes every formula from
+:mod:`hacpo.algo`:
+
+1. the same B prompts for every agent; G rollouts each from the agent's current policy and chat template;
+   0/1 rewards; capability window updated (it includes this step);
+2. scoring before any update: each generator's pre-update log-probs (the sampling log-probs, exact at
+   temperature 1 / top-p 1, or a separate forward), reference log-probs for KL on own rows;
+3. sequential updates, one learner after the other: own rows + the other agents' rows re-tokenised for
+   the learner; per-prompt advantages; mixed (or self-first) mini-batches; update m drives stepwise clipping.
+
+Outputs follow the run-directory contract of :mod:`hacpo.runio`; a killed run resumes from its last
+checkpoint and ends with the same metrics as an uninterrupted one (bitwise on the same machine and threads).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import resource
+import shutil
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from hacpo.agents.lm import generate, token_logprobs
+from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
+from hacpo.algo import (
+    CapabilityTracker,
+    MiniBatch,
+    group_advantages,
+    group_by_prompt,
+    joint_advantages,
+    policy_loss,
+    seq_mean_logp,
+)
+from hacpo.config import TrainConfig
+from hacpo.data.synthetic import as_problem, user_message
+from hacpo.reward import Scorer
+from hacpo.runio import MetricsLog, atomic_dir, atomic_write_json, checkpoint_steps, read_json, versions
+
+
+# ---------------------------------------------------------------------------------------------- data
+def read_problems(path: str | Path) -> list[dict]:
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    for i, r in enumerate(rows):
+        if not {"id", "problem", "answer"} <= r.keys():
+            raise ValueError(f"{path}: record {i} lacks one of id/problem/answer: {sorted(r)}")
+    if not rows:
+        raise ValueError(f"{path} holds no problems")
+    return rows
+
+
+def batch_for_step(n_problems: int, batch: int, step: int, seed: int) -> list[int]:
+    """Indices of step ``step``'s prompts: a seeded shuffle per epoch, dropping the last incomplete batch."""
+    per_epoch = n_problems // batch
+    if per_epoch == 0:
+        raise ValueError(f"prompts_per_step={batch} exceeds the {n_problems} training problems")
+    epoch, pos = divmod(step, per_epoch)
+    perm = torch.randperm(n_problems, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
+    return perm[pos * batch : (pos + 1) * batch].tolist()
+
+
+# ---------------------------------------------------------------------------------------------- agents
+@dataclass
+class Agent:
+    name: str
+    path: str
+    model: torch.nn.Module
+    ref: torch.nn.Module | None
+    tok: object
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    eos_id: int
+    pad_id: int
+    prompt_cache: dict = field(default_factory=dict)
+
+    def prompt_ids(self, problems: list[dict], style: str, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded prompt ids ``[B, Tp]`` and mask, rendered with this agent's chat template."""
+        seqs = []
+        for p in problems:
+            ids = self.prompt_cache.get(p["id"])
+            if ids is None:
+                text = self.tok.apply_chat_template(
+                    [{"role": "user", "content": user_message(as_problem(p), style)}],
+                    add_generation_prompt=True,
+                    tokenize=False,
+                )
+                ids = self.tok(text, add_special_tokens=False)["input_ids"]
+                self.prompt_cache[p["id"]] = ids
+            seqs.append(ids)
+        width = max(len(s) for s in seqs)
+        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+        for i, s in enumerate(seqs):
+            ids[i, width - len(s) :] = torch.tensor(s)
+            mask[i, width - len(s) :] = True
+        return ids.to(device), mask.to(device)
+
+
+def load_agent(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> Agent:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    tok = AutoTokenizer.from_pretrained(ref.path)
+    model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device)
+    model.train()
+    ref_model = None
+    if with_ref:
+        ref_model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device).eval()
+        ref_model.requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed * 1000 + index)
+    eos = tok.eos_token_id
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+    if eos is None:
+        raise ValueError(f"agent {ref.name!r}: tokenizer at {ref.path} has no eos_token")
+    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, eos, pad)
+
+
+# ---------------------------------------------------------------------------------------------- rollouts
+@dataclass
+class Rollouts:
+    """One agent's rollouts of one step, in the agent's own tokenisation."""
+
+    prompt_index: torch.Tensor  # [N] index into the step's prompt list
+    tokens: torch.Tensor  # [N, T]
+    logp: torch.Tensor  # [N, T] generator's pre-update token log-probs
+    mask: torch.Tensor  # [N, T]
+    texts: list[str]  # response text as shared with other agents (per ``cross_eos``)
+    rewards: torch.Tensor  # [N] 0/1
+    src_mean_logp: torch.Tensor  # [N] pre-update mean log-prob over the shared text's tokens
+    ref_logp: torch.Tensor | None = None  # [N, T] reference log-probs (KL on own rows)
+
+
+@dataclass
+class Rows:
+    """A learner's training rows (own + cross), all in the learner's tokenisation."""
+
+    prompt_index: torch.Tensor
+    response: torch.Tensor  # [R, T] right-padded
+    mask: torch.Tensor
+    is_own: torch.Tensor
+    old_mean_logp: torch.Tensor
+    adv: torch.Tensor
+    omega: torch.Tensor
+    old_logp: torch.Tensor  # own rows only (zeros elsewhere)
+    ref_logp: torch.Tensor  # own rows only (zeros elsewhere)
+
+
+def _pad_rows(seqs: list[list[int]], pad: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(1, width or max((len(s) for s in seqs), default=1))
+    out = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+    for i, s in enumerate(seqs):
+        s = s[:width]
+        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, : len(s)] = True
+    return out, mask
+
+
+class LocalTrainer:
+    def __init__(self, cfg: TrainConfig):
+        cfg.check_paths()
+        self.cfg = cfg
+        self.method = cfg.resolved_method()
+        self.spec = cfg.loss_spec()
+        self.out = Path(cfg.out_dir)
+        if cfg.device == "auto":
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            if cfg.device == "cuda" and not torch.cuda.is_available():
+                raise ValueError(
+                    "device: cuda was requested but no CUDA device is available; use device: auto"
+                )
+            self.device = torch.device(cfg.device)
+        torch.set_num_threads(cfg.threads)
+        self.problems = read_problems(cfg.train_file)
+        self.val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
+        torch.manual_seed(cfg.seed)
+        with_ref = self.spec.kl_beta > 0
+        self.agents = [load_agent(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
+        self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
+        self.scorer = Scorer(workers=cfg.scorer_workers)
+        self.same_tok = [[same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
+        self.metrics = MetricsLog(self.out / "metrics.jsonl")
+        self.validation = MetricsLog(self.out / "validation.jsonl")
+        self.phase = defaultdict(float)
+        self.gen_tokens = 0
+        if cfg.old_logp == "auto":
+            self.sampler_logp = cfg.temperature == 1.0 and cfg.top_p == 1.0
+        else:
+            self.sampler_logp = cfg.old_logp == "sampler"
+
+    # ----------------------------------------------------------------------------- bookkeeping
+    def config_hash(self) -> str:
+        keep = self.cfg.model_dump(exclude={"progress", "threads", "scorer_workers", "device"})
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
+    def _start_or_resume(self) -> int:
+        run_json = self.out / "run.json"
+        if run_json.exists():
+            prev = read_json(run_json)
+            if prev.get("config_hash") != self.config_hash():
+                raise ValueError(
+                    f"{self.out} holds a run with a different config; choose another out_dir or delete it"
+                )
+            if prev.get("status") == "complete":
+                return -1
+        steps = checkpoint_steps(self.out, [a.name for a in self.agents])
+        start = steps[-1] if steps else 0
+        if start:
+            self._load_checkpoint(start)
+        self.metrics.truncate_to(start)
+        self.validation.truncate_to(start if start else -1)
+        self._write_run_json("running", start)
+        return start
+
+    def _write_run_json(self, status: str, step: int, extra: dict | None = None) -> None:
+        atomic_write_json(
+            self.out / "run.json",
+            {
+                "status": status,
+                "step": step,
+                "config_hash": self.config_hash(),
+                "config": self.cfg.model_dump(),
+                "method": self.method.to_dict(),
+                "loss_spec": self.spec.__dict__,
+                "engine": "local",
+                "device": str(self.device),
+                "sampler_logp_as_old": self.sampler_logp,
+                "versions": versions(),
+                **(extra or {}),
+            },
+        )
+
+    def _save_checkpoint(self, step: int) -> None:
+        for agent in self.agents:
+            final = self.out / "checkpoints" / agent.name / f"step-{step}"
+            with atomic_dir(final) as tmp:
+                agent.model.save_pretrained(tmp)
+                agent.tok.save_pretrained(tmp)
+                torch.save(
+                    {
+                        "step": step,
+                        "optimizer": agent.opt.state_dict(),
+                        "generator": agent.gen.get_state(),
+                        "capability": self.tracker.state_dict(),
+                        "torch_rng": torch.get_rng_state(),
+                    },
+                    tmp / "trainer_state.pt",
+                )
+            self._prune_checkpoints(agent.name, step)
+
+    def _prune_checkpoints(self, name: str, newest: int) -> None:
+        periodic = sorted(
+            int(p.name.split("-")[1]) for p in (self.out / "checkpoints" / name).glob("step-*") if p.is_dir()
+        )
+        for s in periodic[: -self.cfg.keep_checkpoints]:
+            if s != newest:
+                shutil.rmtree(self.out / "checkpoints" / name / f"step-{s}", ignore_errors=True)
+
+    def _load_checkpoint(self, step: int) -> None:
+        from transformers import AutoModelForCausalLM
+
+        for agent in self.agents:
+            d = self.out / "checkpoints" / agent.name / f"step-{step}"
+            loaded = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+            agent.model.load_state_dict(loaded.state_dict())
+            state = torch.load(d / "trainer_state.pt", weights_only=False)
+            agent.opt.load_state_dict(state["optimizer"])
+            agent.gen.set_state(state["generator"])
+            self.tracker.load_state_dict(state["capability"])
+            torch.set_rng_state(state["torch_rng"])
+
+    # ----------------------------------------------------------------------------- stage 1 and 2
+    def _rollout(self, agent: Agent, problems: list[dict], g: int) -> Rollouts:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        p_ids, p_mask = agent.prompt_ids(problems, cfg.prompt_style, self.device)
+        index = torch.arange(len(problems)).repeat_interleave(g)
+        ids, mask = p_ids[index.to(self.device)], p_mask[index.to(self.device)]
+        agent.model.eval()
+        out = generate(
+            agent.model,
+            ids,
+            cfg.max_new_tokens,
+            eos_id=agent.eos_id,
+            pad_id=agent.pad_id,
+            prompt_mask=mask,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            generator=agent.gen,
+        )
+        agent.model.train()
+        self.gen_tokens += int(out.mask.sum())
+        self.phase["generate"] += time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        tokens = out.tokens.cpu()
+        reward_texts = [response_text(agent.tok, row) for row in tokens]  # the reward never sees an EOS
+        texts = (
+            reward_texts
+            if cfg.cross_eos == "strip"
+            else [response_text(agent.tok, row, cfg.cross_eos) for row in tokens]
+        )
+        golds = [problems[i]["answer"] for i in index.tolist()]
+        rewards = torch.tensor(self.scorer.score(reward_texts, golds), dtype=torch.float32)
+        self.phase["score"] += time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        logp = out.logp
+        if not self.sampler_logp:
+            with torch.no_grad():
+                full = torch.cat([ids, out.tokens], dim=1)
+                full_mask = torch.cat([mask, out.mask], dim=1)
+                logp = token_logprobs(agent.model, full, ids.shape[1], full_mask) * out.mask
+        ref_logp = None
+        if agent.ref is not None:
+            with torch.no_grad():
+                full = torch.cat([ids, out.tokens], dim=1)
+                full_mask = torch.cat([mask, out.mask], dim=1)
+                ref_logp = token_logprobs(agent.ref, full, ids.shape[1], full_mask) * out.mask
+        # The shared text drops the terminal EOS (cross_eos: strip), so the generator's mean excludes it too.
+        shared_mask = source_logp_mask(out.tokens, agent.eos_id, cfg.cross_eos)
+        self.phase["logprobs"] += time.perf_counter() - t0
+        return Rollouts(
+            prompt_index=index,
+            tokens=out.tokens,
+            logp=logp,
+            mask=out.mask,
+            texts=texts,
+            rewards=rewards,
+            src_mean_logp=seq_mean_logp(logp, shared_mask),
+            ref_logp=ref_logp,
+        )
+
+    # ----------------------------------------------------------------------------- stage 3
+    def _rows_for(self, k: int, rolls: list[Rollouts], omegas: torch.Tensor, problems: list[dict]) -> Rows:
+        """Own rows of learner k plus (joint methods) every other agent's rows re-tokenised for k."""
+        learner = self.agents[k]
+        sources = range(len(self.agents)) if self.method.joint else [k]
+        responses, masks, own, old_mean, omega, prompt_index, old_logp, ref_logp, agent_of = (
+            [] for _ in range(9)
+        )
+        width = self.cfg.max_new_tokens
+        for j in sources:
+            r = rolls[j]
+            n = len(r.texts)
+            if j == k or self.same_tok[j][k]:  # identical tokenizer: reuse the ids (§4)
+                resp, m = r.tokens.cpu(), r.mask.cpu()
+                mean_src = seq_mean_logp(r.logp, r.mask).cpu() if j != k else None
+            else:
+                seqs = retokenize(r.texts, learner.tok, width)
+                resp, m = _pad_rows(seqs, learner.pad_id)
+                mean_src = r.src_mean_logp.cpu()
+            if j == k:
+                mean_src = seq_mean_logp(r.logp, r.mask).cpu()
+            responses.append(resp)
+            masks.append(m)
+            own.append(torch.full((n,), j == k))
+            old_mean.append(mean_src)
+            omega.append(torch.full((n,), float(omegas[j, k]) if j != k else 1.0, dtype=torch.float64))
+            prompt_index.append(r.prompt_index)
+            agent_of.append(torch.full((n,), j))
+            z = torch.zeros_like(resp, dtype=torch.float32)
+            old_logp.append(r.logp.cpu() if j == k else z)
+            ref_logp.append(r.ref_logp.cpu() if (j == k and r.ref_logp is not None) else z)
+        width = max(x.shape[1] for x in responses)
+        padded = [
+            torch.nn.functional.pad(x, (0, width - x.shape[1]), value=learner.pad_id) for x in responses
+        ]
+        masks = [torch.nn.functional.pad(x, (0, width - x.shape[1]), value=False) for x in masks]
+        pad0 = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in old_logp]
+        pad1 = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in ref_logp]
+        prompt_index = torch.cat(prompt_index)
+        agent_of = torch.cat(agent_of)
+        adv = self._advantages(k, rolls, sources, prompt_index, agent_of, omegas)
+        return Rows(
+            prompt_index=prompt_index,
+            response=torch.cat(padded),
+            mask=torch.cat(masks),
+            is_own=torch.cat(own),
+            old_mean_logp=torch.cat(old_mean),
+            adv=adv,
+            omega=torch.cat(omega),
+            old_logp=torch.cat(pad0),
+            ref_logp=torch.cat(pad1),
+        )
+
+    def _advantages(self, k, rolls, sources, prompt_index, agent_of, omegas) -> torch.Tensor:
+        sources = list(sources)
+        rewards = torch.cat([rolls[j].rewards for j in sources])
+        local_agent = torch.tensor([sources.index(int(a)) for a in agent_of])
+        index, _ = group_by_prompt(prompt_index, local_agent, len(sources))
+        grouped = rewards[index]  # [P, n, G]
+        if self.method.joint:
+            adv = joint_advantages(grouped, sources.index(k), omegas[k, sources], self.method.baseline)
+        else:
+            adv = group_advantages(grouped[:, 0]).unsqueeze(1)
+        out = torch.empty_like(rewards)
+        out[index.reshape(-1)] = adv.reshape(-1).to(out.dtype)
+        return out
+
+    def _order(self, rows: Rows, k: int, step: int) -> torch.Tensor:
+        n = rows.is_own.shape[0]
+        if self.cfg.minibatch_order == "self_first":
+            return torch.cat([torch.nonzero(rows.is_own).flatten(), torch.nonzero(~rows.is_own).flatten()])
+        g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step * 101 + k)
+        return torch.randperm(n, generator=g)
+
+    def _update(self, k: int, rows: Rows, problems: list[dict], step: int) -> list[dict]:
+        cfg, learner = self.cfg, self.agents[k]
+        t0 = time.perf_counter()
+        p_ids, p_mask = learner.prompt_ids(problems, cfg.prompt_style, "cpu")
+        order = self._order(rows, k, step)
+        size = max(1, cfg.minibatch_size // self.method.minibatch_divisor)
+        chunks = [order[i : i + size] for i in range(0, len(order), size)]
+        logs, m = [], 0
+        for _epoch in range(self.method.epochs):
+            for idx in chunks:
+                resp_mask = rows.mask[idx]
+                width = max(1, int(resp_mask.sum(1).max()))
+                resp = rows.response[idx, :width]
+                resp_mask = resp_mask[:, :width]
+                pi = rows.prompt_index[idx]
+                ids = torch.cat([p_ids[pi], resp], dim=1).to(self.device)
+                attn = None
+                if not bool(p_mask.all()):
+                    attn = torch.cat([p_mask[pi], torch.ones_like(resp_mask)], dim=1).to(self.device)
+                logp = token_logprobs(learner.model, ids, p_ids.shape[1], attn)
+                dev = self.device
+                batch = MiniBatch(
+                    logp=logp,
+                    mask=resp_mask.to(dev),
+                    adv=rows.adv[idx].to(dev),
+                    old_mean_logp=rows.old_mean_logp[idx].to(dev),
+                    is_own=rows.is_own[idx].to(dev),
+                    omega=rows.omega[idx].to(dev),
+                    old_logp=rows.old_logp[idx, :width].to(dev),
+                    ref_logp=rows.ref_logp[idx, :width].to(dev),
+                )
+                loss, metrics = policy_loss(batch, self.spec, m)
+                learner.opt.zero_grad(set_to_none=True)
+                loss.backward()
+                metrics["grad_norm"] = float(
+                    torch.nn.utils.clip_grad_norm_(learner.model.parameters(), cfg.grad_clip)
+                )
+                learner.opt.step()
+                metrics["update"] = m
+                logs.append(metrics)
+                m += 1
+        self.phase["update"] += time.perf_counter() - t0
+        return logs
+
+    # ----------------------------------------------------------------------------- validation
+    @torch.no_grad()
+    def validate(self, step: int) -> dict[str, float]:
+        if not self.val:
+            return {}
+        t0 = time.perf_counter()
+        accs = {}
+        for agent in self.agents:
+            accs[agent.name] = greedy_accuracy(agent, self.val, self.cfg, self.scorer, self.device)
+            self.validation.append(
+                {"step": step, "agent": agent.name, "acc": accs[agent.name], "n": len(self.val)}
+            )
+        self.phase["validate"] += time.perf_counter() - t0
+        return accs
+
+    # ----------------------------------------------------------------------------- main loop
+    def train(self) -> dict:
+        cfg = self.cfg
+        start = self._start_or_resume()
+        if start < 0:
+            return read_json(self.out / "run.json")
+        wall0 = time.perf_counter()
+        if start == 0:
+            self.validate(0)
+        steps = range(start, cfg.steps)
+        bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.method}", unit="step")
+        for step in steps:
+            row = self.train_step(step)
+            self.metrics.append(row)
+            done = step + 1
+            if cfg.val_every and done % cfg.val_every == 0 and done != cfg.steps:
+                self.validate(done)
+            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
+                if done == cfg.steps:
+                    self.validate(done)
+                self._save_checkpoint(done)
+                self._write_run_json("running", done)
+            if bar:
+                bar.update(1)
+                bar.set_postfix({a.name: f"{row[f'{a.name}/reward']:.2f}" for a in self.agents})
+        if bar:
+            bar.close()
+        wall = time.perf_counter() - wall0
+        profile = {
+            "wall_s": wall,
+            "steps": cfg.steps - start,
+            "phase_s": dict(self.phase),
+            "generated_tokens": self.gen_tokens,
+            "tokens_per_s": self.gen_tokens / max(self.phase["generate"], 1e-9),
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20
+            if self.device.type == "cuda"
+            else None,
+        }
+        atomic_write_json(self.out / "profile.json", profile)
+        final = {a.name: str(self.out / "checkpoints" / a.name / f"step-{cfg.steps}") for a in self.agents}
+        self._write_run_json("complete", cfg.steps, {"final_checkpoints": final, "profile": profile})
+        self.scorer.close()
+        return read_json(self.out / "run.json")
+
+    def train_step(self, step: int) -> dict:
+        cfg = self.cfg
+        t_step = time.perf_counter()
+        phase0 = dict(self.phase)
+        idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
+        problems = [self.problems[i] for i in idx]
+        g = cfg.group_size * self.method.rollout_multiplier
+        rolls = [self._rollout(a, problems, g) for a in self.agents]
+        p_hat = self.tracker.update([r.rewards for r in rolls])
+        omegas = self.tracker.omegas()
+        row: dict = {"step": step}
+        for k, agent in enumerate(self.agents):
+            row[f"{agent.name}/reward"] = float(rolls[k].rewards.mean())
+            row[f"{agent.name}/p_hat"] = float(p_hat[k])
+            row[f"{agent.name}/response_tokens"] = float(rolls[k].mask.sum(1).float().mean())
+        if len(self.agents) > 1:
+            row["omega"] = omegas.tolist()
+        t0 = time.perf_counter()
+        if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old":
+            per_learner = [self._self_old_rows(k, rolls, omegas, problems) for k in range(len(self.agents))]
+        else:
+            per_learner = [self._rows_for(k, rolls, omegas, problems) for k in range(len(self.agents))]
+        self.phase["retokenize"] += time.perf_counter() - t0
+        for k, agent in enumerate(self.agents):
+            logs = self._update(k, per_learner[k], problems, step)
+            row.update({f"{agent.name}/{key}": v for key, v in aggregate(logs).items()})
+        row["time/step_s"] = time.perf_counter() - t_step
+        for name, total in self.phase.items():
+            row[f"time/{name}_s"] = total - phase0.get(name, 0.0)
+        return row
+
+    def _self_old_rows(self, k, rolls, omegas, problems) -> Rows:
+        """Naive variant ``naive_cross_ratio: self_old``: cross denominators = the learner's own pre-update
+        mean log-prob on the re-tokenised text (cross samples treated as on-policy, §2.5)."""
+        rows = self._rows_for(k, rolls, omegas, problems)
+        cross = torch.nonzero(~rows.is_own).flatten()
+        if len(cross):
+            learner = self.agents[k]
+            p_ids, p_mask = learner.prompt_ids(problems, self.cfg.prompt_style, "cpu")
+            pi = rows.prompt_index[cross]
+            ids = torch.cat([p_ids[pi], rows.response[cross]], dim=1).to(self.device)
+            attn = None
+            if not bool(p_mask.all()):
+                attn = torch.cat([p_mask[pi], torch.ones_like(rows.mask[cross])], dim=1).to(self.device)
+            with torch.no_grad():
+                lp = token_logprobs(learner.model, ids, p_ids.shape[1], attn).cpu()
+            rows.old_mean_logp[cross] = seq_mean_logp(lp, rows.mask[cross])
+        return rows
+
+
+def aggregate(logs: list[dict]) -> dict[str, float]:
+    """Per-step summary of per-update metrics: min of *_min, max of *_max, mean of everything else."""
+    out: dict[str, float] = {"updates": float(len(logs))}
+    keys = {k for log in logs for k in log}
+    for key in sorted(keys):
+        vals = [log[key] for log in logs if key in log and not math.isnan(log[key])]
+        if not vals:
+            continue
+        if key.endswith("_min"):
+            out[key] = min(vals)
+        elif key.endswith("_max"):
+            out[key] = max(vals)
+        elif key != "update":
+            out[key] = sum(vals) / len(vals)
+    return out
+
+
+@torch.no_grad()
+def greedy_accuracy(
+    agent: Agent, problems: list[dict], cfg: TrainConfig, scorer: Scorer, device, batch=500
+) -> float:
+    correct = 0.0
+    agent.model.eval()
+    for i in range(0, len(problems), batch):
+        chunk = problems[i : i + batch]
+        ids, mask = agent.prompt_ids(chunk, cfg.prompt_style, device)
+        out = generate(
+            agent.model,
+            ids,
+            cfg.max_new_tokens,
+            eos_id=agent.eos_id,
+            pad_id=agent.pad_id,
+            prompt_mask=mask,
+            greedy=True,
+        )
+        texts = [response_text(agent.tok, row) for row in out.tokens.cpu()]
+        correct += sum(scorer.score(texts, [p["answer"] for p in chunk]))
+    agent.model.train()
+    return correct / len(problems)
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Train (or resume) one run; returns the final ``run.json``."""
+    return LocalTrainer(cfg).train()

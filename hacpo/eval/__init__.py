@@ -1,0 +1,10 @@
+"""Evaluation: ``generate(agent, prompts, sampling) → responses`` (engine-specific backend), then score.
+
+Backends: :class:`hacpo.eval.local.LocalGenerator` (transformers, CPU or one GPU); the GPU engine plugs in
+vLLM behind the same :class:`Generator` protocol, so tables do not care which engine produced the numbers.
+"""
+
+from .metrics import avg_at_k, pass_at_k, summarize
+from .run import Sampling, evaluate
+
+__all__ = ["Sampling", "avg_at_k", "evaluate", "pass_at_k", "summarize"]

@@ -1,0 +1,65 @@
+"""Local generation backend (transformers, CPU or one CUDA GPU) for evaluation."""
+
+from __future__ import annotations
+
+import torch
+
+from hacpo.agents.lm import generate
+from hacpo.agents.retokenize import response_text
+from hacpo.data.synthetic import as_problem, user_message
+
+
+class LocalGenerator:
+    """``generate(problems, sampling) → list[list[str]]`` (k responses per problem) for one checkpoint."""
+
+    def __init__(self, path: str, device: str = "auto", threads: int = 1):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(threads)
+        self.device = torch.device(
+            "cuda"
+            if device == "auto" and torch.cuda.is_available()
+            else ("cpu" if device == "auto" else device)
+        )
+        self.tok = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        self.eos = self.tok.eos_token_id
+        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos
+
+    def render(self, problem: dict, style: str) -> list[int]:
+        text = self.tok.apply_chat_template(
+            [{"role": "user", "content": user_message(as_problem(problem), style)}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
+        return self.tok(text, add_special_tokens=False)["input_ids"]
+
+    @torch.no_grad()
+    def generate(self, problems: list[dict], sampling, batch_size: int = 256) -> list[list[str]]:
+        gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
+        out: list[list[str]] = []
+        for start in range(0, len(problems), batch_size):
+            chunk = problems[start : start + batch_size]
+            seqs = [self.render(p, sampling.prompt_style) for p in chunk]
+            seqs = [s for s in seqs for _ in range(sampling.k)]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(seqs), width), self.pad, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.bool)
+            for i, s in enumerate(seqs):
+                ids[i, width - len(s) :] = torch.tensor(s)
+                mask[i, width - len(s) :] = True
+            res = generate(
+                self.model,
+                ids.to(self.device),
+                sampling.max_new_tokens,
+                eos_id=self.eos,
+                pad_id=self.pad,
+                prompt_mask=mask.to(self.device),
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                greedy=sampling.greedy,
+                generator=gen,
+            )
+            texts = [response_text(self.tok, row) for row in res.tokens.cpu()]
+            out.extend(texts[i : i + sampling.k] for i in range(0, len(texts), sampling.k))
+        return out

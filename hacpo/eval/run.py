@@ -1,0 +1,100 @@
+"""Evaluate one checkpoint on one benchmark file: generate k responses, score, write audit + summary."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hacpo.reward import Scorer, extract_boxed
+from hacpo.runio import atomic_write_json, atomic_write_text
+
+from .metrics import summarize
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Generation settings. Greedy means k = 1 (temperature is then ignored)."""
+
+    greedy: bool = True
+    k: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 13
+    prompt_style: str = "compact"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"k must be ≥ 1, got {self.k}")
+        if self.greedy and self.k != 1:
+            raise ValueError(
+                "greedy decoding gives one answer per problem: use k=1, or greedy=False to sample k"
+            )
+
+
+def read_benchmark(path: str | Path, limit: int | None = None) -> list[dict]:
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    for i, r in enumerate(rows):
+        if "problem" not in r or "answer" not in r:
+            raise ValueError(f"{path}: record {i} needs 'problem' and 'answer' fields (got {sorted(r)})")
+        r.setdefault("id", str(i))
+    return rows[:limit] if limit else rows
+
+
+def evaluate(
+    generator,
+    benchmark: str | Path,
+    out_prefix: str | Path,
+    sampling: Sampling,
+    *,
+    limit: int | None = None,
+    scorer_workers: int = 0,
+    name: str | None = None,
+) -> dict:
+    """Writes ``{out_prefix}.samples.jsonl`` (one line per response) and ``{out_prefix}.json`` (summary)."""
+    problems = read_benchmark(benchmark, limit)
+    t0 = time.perf_counter()
+    responses = generator.generate(problems, sampling)
+    t_gen = time.perf_counter() - t0
+    flat = [r for rs in responses for r in rs]
+    golds = [p["answer"] for p, rs in zip(problems, responses, strict=True) for _ in rs]
+    t0 = time.perf_counter()
+    with Scorer(workers=scorer_workers) as scorer:
+        scores = scorer.score(flat, golds)
+    t_score = time.perf_counter() - t0
+    lines, correct, i = [], [], 0
+    for p, rs in zip(problems, responses, strict=True):
+        row_scores = []
+        for sample, text in enumerate(rs):
+            c = scores[i]
+            i += 1
+            row_scores.append(c)
+            lines.append(
+                json.dumps(
+                    {
+                        "id": p["id"],
+                        "sample": sample,
+                        "response": text,
+                        "extracted": extract_boxed(text),
+                        "gold": p["answer"],
+                        "correct": bool(c),
+                    }
+                )
+            )
+        correct.append(row_scores)
+    summary = {
+        "benchmark": name or Path(benchmark).stem,
+        "file": str(benchmark),
+        **summarize(correct),
+        "accuracy": sum(sum(c) / len(c) for c in correct) / len(correct),
+        "sampling": asdict(sampling),
+        "time_generate_s": t_gen,
+        "time_score_s": t_score,
+    }
+    out_prefix = Path(out_prefix)
+    atomic_write_text(out_prefix.with_name(out_prefix.name + ".samples.jsonl"), "\n".join(lines) + "\n")
+    atomic_write_json(out_prefix.with_name(out_prefix.name + ".json"), summary)
+    return summary

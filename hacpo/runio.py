@@ -1,0 +1,134 @@
+"""The run-directory contract shared by both engines (design.md): atomic writes, metrics.jsonl, checkpoints.
+
+```
+run_dir/run.json                         resolved config, versions, seed, status
+run_dir/metrics.jsonl                    one JSON object per training step (same schema for every engine)
+run_dir/profile.json                     per-phase wall time, tokens/s, peak memory
+run_dir/checkpoints/<agent>/step-N/      Hugging Face format (+ trainer_state.pt for resume)
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | Path, obj) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str | Path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def atomic_dir(final: str | Path):
+    """Context manager yielding a temp sibling directory that replaces ``final`` on success."""
+    return _AtomicDir(Path(final))
+
+
+class _AtomicDir:
+    def __init__(self, final: Path):
+        self.final = final
+
+    def __enter__(self) -> Path:
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.final.parent, prefix=f".{self.final.name}.", suffix=".tmp"))
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        if self.final.exists():
+            old = self.final.with_name(f".{self.final.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.final, old)
+            os.replace(self.tmp, self.final)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(self.tmp, self.final)
+        return False
+
+
+class MetricsLog:
+    """Append-only ``metrics.jsonl``; each line is flushed and fsynced so a kill loses at most one line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def read(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        rows = []
+        with open(self.path) as f:
+            for line in f:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:  # a torn last line from a kill
+                    break
+        return rows
+
+    def truncate_to(self, step: int) -> None:
+        """Keep only the rows of steps < ``step`` (resume from a checkpoint taken after ``step`` steps)."""
+        rows = [r for r in self.read() if r.get("step", -1) < step]
+        atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+
+    def append(self, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row, sort_keys=True, default=float) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def checkpoint_steps(run_dir: str | Path, agents: Iterable[str]) -> list[int]:
+    """Steps for which *every* agent has a complete checkpoint, ascending."""
+    agents = list(agents)
+    common: set[int] | None = None
+    for agent in agents:
+        d = Path(run_dir) / "checkpoints" / agent
+        steps = {
+            int(p.name.split("-")[1])
+            for p in d.glob("step-*")
+            if p.is_dir() and (p / "trainer_state.pt").exists() and p.name.split("-")[1].isdigit()
+        }
+        common = steps if common is None else common & steps
+    return sorted(common or [])
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("hacpo", "torch", "transformers", "math-verify", "snakemake", "openrlhf", "vllm"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out

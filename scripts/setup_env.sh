@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Create or refresh the project virtual environment in .venv (idempotent, fast when nothing changed).
+# Picks the CPU build of torch where no NVIDIA GPU is present (an unpinned torch pulls a multi-GB CUDA build).
+#   EXTRAS=dev (default) | "dev,gpu" on a GPU box;  PYTHON=python3.11 to choose the interpreter.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+EXTRAS=${EXTRAS:-dev}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+
+"$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "hacpo needs Python >= 3.11"'
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+PY=.venv/bin/python
+
+stamp=.venv/.hacpo-installed
+want="$(sha256sum pyproject.toml | cut -c1-16) extras=$EXTRAS torch=$TORCH_VERSION"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+  exit 0
+fi
+
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+    "$PY" -m pip install -q "torch==$TORCH_VERSION"
+  else
+    "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
+  fi
+fi
+"$PY" -m pip install -q -e ".[$EXTRAS]"
+echo "$want" > "$stamp"

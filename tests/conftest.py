@@ -1,0 +1,65 @@
+"""Shared fixtures: synthetic data and tiny warmed-up agents, built once per machine and cached.
+
+The cache lives in ``.cache/test-agents`` (git-ignored; override with HACPO_TEST_CACHE). Each agent is keyed
+by its warm-up spec and data, so a stale cache is rebuilt, never reused.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("HACPO_TEST_CACHE", ROOT / ".cache" / "test-agents"))
+SHARED = ROOT.parent / "shared"
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def toy_data() -> Path:
+    from hacpo.data.synthetic import make_splits, write_jsonl
+
+    out = CACHE / "data-add2-s0"
+    if not (out / "test.jsonl").exists():
+        splits = make_splits(["add2"], seed=0, n_test=1000, n_dev=200, n_train=None)
+        for name, rows in splits.items():
+            write_jsonl(out / f"{name}.jsonl", rows)
+    return out
+
+
+def _agent(toy_data: Path, name: str, arch: dict, tokenizer: str, steps: int, seed: int = 0) -> Path:
+    from hacpo.agents.models import AgentArch
+    from hacpo.agents.warmup import WarmupSpec, build_agent
+    from hacpo.data.synthetic import read_jsonl
+
+    splits = {s: read_jsonl(toy_data / f"{s}.jsonl", as_problems=True) for s in ("train", "dev")}
+    spec = WarmupSpec(
+        arch=AgentArch(**arch), tokenizer=tokenizer, seed=seed, max_steps=steps, eval_every=steps
+    )
+    info = build_agent(spec, CACHE / name, splits)
+    return Path(info["path"])
+
+
+@pytest.fixture(scope="session")
+def small_agent(toy_data) -> Path:
+    """Llama, character tokenizer, briefly warmed up (non-zero but low accuracy)."""
+    return _agent(toy_data, "small-llama-char", {"arch": "llama", "hidden": 64, "layers": 2}, "char", 350)
+
+
+@pytest.fixture(scope="session")
+def other_agent(toy_data) -> Path:
+    """Qwen3 with a different (word-level) tokenizer: the model-heterogeneity partner."""
+    return _agent(
+        toy_data, "small-qwen3-word", {"arch": "qwen3", "hidden": 64, "layers": 2}, "word", 350, seed=1
+    )
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    if not SHARED.is_dir():
+        pytest.skip("../shared (the full benchmark files) is absent: only CI and developer machines have it")
+    return SHARED

@@ -1,0 +1,224 @@
+"""End-to-end tests of the local engine: every method trains for real on tiny agents (CPU, seconds each)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from hacpo.algo import cross_bounds, get_method
+from hacpo.config import load_train_config
+from hacpo.engines.local import LocalTrainer, train
+from hacpo.runio import MetricsLog
+
+
+def _cfg(tmp_path, agents, method, **kw):
+    data = kw.pop("data")
+    base = dict(
+        method=method,
+        agents=[{"name": n, "path": str(p)} for n, p in agents],
+        train_file=str(data / "train.jsonl"),
+        val_file=str(data / "test.jsonl"),
+        out_dir=str(tmp_path / method),
+        steps=2,
+        prompts_per_step=4,
+        group_size=4,
+        minibatch_size=8,
+        val_size=40,
+        val_every=0,
+        checkpoint_every=0,
+        seed=3,
+    )
+    base.update(kw)
+    return load_train_config(base)
+
+
+SINGLE = ["grpo", "gspo", "gspo_x2", "gspo_updates_x2"]
+JOINT = [
+    "naive",
+    "hacpo",
+    "hacpo_no_adv",
+    "hacpo_no_omega",
+    "hacpo_no_stepwise",
+    "hacpo_no_clip",
+    "hacpo_alpha3",
+]
+
+
+@pytest.mark.parametrize("method", SINGLE)
+def test_single_agent_methods_train(tmp_path, toy_data, small_agent, method):
+    cfg = _cfg(tmp_path, [("a", small_agent)], method, data=toy_data)
+    run = train(cfg)
+    assert run["status"] == "complete"
+    rows = MetricsLog(tmp_path / method / "metrics.jsonl").read()
+    assert [r["step"] for r in rows] == [0, 1]
+    m = get_method(method)
+    expected_updates = m.updates_per_step(4 * 4 * m.rollout_multiplier, 8)
+    assert all(r["a/updates"] == expected_updates for r in rows)
+    assert all(0.0 <= r["a/reward"] <= 1.0 for r in rows)
+    assert "a/s_homo_mean" in rows[0] and "a/kl" in rows[0] and "a/own_clip_frac" in rows[0]
+    ckpt = tmp_path / method / "checkpoints" / "a" / "step-2"
+    assert (ckpt / "config.json").exists() and (ckpt / "trainer_state.pt").exists()
+    val = MetricsLog(tmp_path / method / "validation.jsonl").read()
+    assert [v["step"] for v in val] == [0, 2]
+    prof = json.loads((tmp_path / method / "profile.json").read_text())
+    assert prof["phase_s"]["update"] > 0 and prof["tokens_per_s"] > 0
+
+
+def _weights_changed(before: str, after: str) -> bool:
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(before).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(after).state_dict()
+    return any(not torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("method", JOINT)
+def test_joint_methods_train_across_tokenizers(tmp_path, toy_data, small_agent, other_agent, method):
+    """Llama/char + Qwen3/word: cross rows are decoded and re-tokenised; both agents learn."""
+    cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], method, data=toy_data)
+    train(cfg)
+    rows = MetricsLog(tmp_path / method / "metrics.jsonl").read()
+    for r in rows:
+        for name in ("llama", "qwen"):
+            assert r[f"{name}/updates"] == 4  # 2G rows per prompt, 32 rows / 8 = 4 (spec §6)
+            assert r[f"{name}/own_rows"] == 4.0  # mixed order: 16 own of 32 rows over 4 mini-batches
+            assert "s_hete_mean" in "".join(r) or f"{name}/s_hete_mean" in r
+        assert len(r["omega"]) == 2
+    for name in ("llama", "qwen"):
+        path = small_agent if name == "llama" else other_agent
+        assert _weights_changed(str(path), str(tmp_path / method / "checkpoints" / name / "step-2"))
+
+
+def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
+    tmp_path, toy_data, small_agent, other_agent, monkeypatch
+):
+    """Spy on the algo loss: every cross row gets ω^(j,k) of the step; update m gets lo = 0.8 + m·0.025."""
+    import hacpo.engines.local.trainer as tr
+
+    seen = []
+    real = tr.policy_loss
+
+    def spy(batch, spec, m=0):
+        loss, metrics = real(batch, spec, m)
+        seen.append((m, batch.is_own.clone(), batch.omega.clone(), spec, metrics))
+        return loss, metrics
+
+    monkeypatch.setattr(tr, "policy_loss", spy)
+    cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], "hacpo", data=toy_data, steps=1)
+    trainer = LocalTrainer(cfg)
+    row = trainer.train_step(0)
+    omega = torch.tensor(row["omega"], dtype=torch.float64)
+    assert [s[0] for s in seen] == [0, 1, 2, 3, 0, 1, 2, 3]  # m resets per learner and step
+    for i, (m, own, w, spec, metrics) in enumerate(seen):
+        k = 0 if i < 4 else 1
+        assert torch.all(w[own] == 1.0)
+        assert torch.allclose(w[~own], omega[1 - k, k].expand_as(w[~own]))  # ω^(j,k)
+        lo, hi = cross_bounds(spec, m)
+        assert lo == pytest.approx(0.8 + 0.025 * m) and hi == 1.0
+        if m == 0:  # before the learner's first update its own ratio is exactly 1 (old = sampling log-probs)
+            assert metrics["s_homo_min"] == pytest.approx(1.0, abs=1e-5)
+            assert metrics["s_homo_max"] == pytest.approx(1.0, abs=1e-5)
+    for name in ("llama", "qwen"):
+        assert row[f"{name}/cross_lo"] == pytest.approx(0.8 + 0.025 * 1.5)  # mean over m = 0..3
+        assert row[f"{name}/s_homo_mean"] == pytest.approx(1.0, abs=2e-2)
+        assert row[f"{name}/s_hete_mean"] < 1.0  # a different model reads the other's text as less likely
+
+
+def test_identical_agents_give_unit_cross_ratio(tmp_path, toy_data, small_agent):
+    """T6 end to end: learner == generator (same weights and tokenizer), first update → s_hete = 1."""
+    cfg = _cfg(
+        tmp_path,
+        [("a", small_agent), ("b", small_agent)],
+        "hacpo",
+        data=toy_data,
+        steps=1,
+        minibatch_size=32,
+        kl_beta=0.0,
+    )
+    row = LocalTrainer(cfg).train_step(0)
+    assert row["a/updates"] == 1
+    assert row["a/s_hete_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert row["a/s_hete_min"] == pytest.approx(1.0, abs=1e-5)
+    assert row["a/s_homo_mean"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_resume_after_kill_matches_uninterrupted(tmp_path, toy_data, small_agent, other_agent, monkeypatch):
+    import hacpo.engines.local.trainer as tr
+
+    agents = [("llama", small_agent), ("qwen", other_agent)]
+    ref = _cfg(tmp_path / "ref", agents, "hacpo", data=toy_data, steps=4, checkpoint_every=2)
+    train(ref)
+
+    cfg = _cfg(tmp_path / "killed", agents, "hacpo", data=toy_data, steps=4, checkpoint_every=2)
+    real_step = tr.LocalTrainer.train_step
+
+    def dying(self, step):
+        if step == 3:
+            raise KeyboardInterrupt("injected kill")
+        return real_step(self, step)
+
+    monkeypatch.setattr(tr.LocalTrainer, "train_step", dying)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    assert json.loads((tmp_path / "killed/hacpo/run.json").read_text())["status"] == "running"
+    monkeypatch.setattr(tr.LocalTrainer, "train_step", real_step)
+    train(cfg)
+
+    def strip_time(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    a = strip_time(MetricsLog(tmp_path / "ref/hacpo/metrics.jsonl").read())
+    b = strip_time(MetricsLog(tmp_path / "killed/hacpo/metrics.jsonl").read())
+    assert a == b  # bitwise: same machine, same thread count
+    va = MetricsLog(tmp_path / "ref/hacpo/validation.jsonl").read()
+    vb = MetricsLog(tmp_path / "killed/hacpo/validation.jsonl").read()
+    assert va == vb
+
+
+def test_completed_run_is_not_retrained(tmp_path, toy_data, small_agent):
+    cfg = _cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=1)
+    train(cfg)
+    mtime = (tmp_path / "gspo" / "metrics.jsonl").stat().st_mtime_ns
+    assert train(cfg)["status"] == "complete"
+    assert (tmp_path / "gspo" / "metrics.jsonl").stat().st_mtime_ns == mtime
+
+
+def test_changed_config_in_existing_dir_is_refused(tmp_path, toy_data, small_agent):
+    train(_cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=1))
+    with pytest.raises(ValueError, match="different config"):
+        train(_cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=1, lr=1e-4))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"method": "hacpo_fancy"}, "unknown method"),
+        ({"method": "hacpo"}, "needs ≥ 2 agents"),
+        ({"cross_clip_low": 0.2}, "1−δ"),
+        ({"prompts_per_step": 0}, "prompts_per_step"),
+        ({"lr": -1}, "lr"),
+        ({"bogus_key": 1}, "bogus_key"),
+    ],
+)
+def test_bad_config_is_rejected_before_any_model_is_built(tmp_path, change, message):
+    base = dict(
+        method="gspo", agents=[{"name": "a", "path": "/nowhere"}], train_file="x", out_dir=str(tmp_path)
+    )
+    base.update(change)
+    with pytest.raises(ValueError, match=message):
+        load_train_config(base)
+
+
+def test_missing_files_are_named(tmp_path):
+    cfg = load_train_config(
+        dict(
+            method="gspo",
+            agents=[{"name": "a", "path": str(tmp_path)}],
+            train_file="nope.jsonl",
+            out_dir=str(tmp_path),
+        )
+    )
+    with pytest.raises(ValueError, match="train_file 'nope.jsonl' does not exist.*not a Hugging Face model"):
+        LocalTrainer(cfg)
