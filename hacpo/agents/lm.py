@@ -130,3 +130,47 @@ def token_logprobs(
     logits = logits[:, response_start - 1 : -1, :].float()
     targets = input_ids[:, response_start:]
     return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+
+
+def token_logprobs_shared_prompt(
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_index: torch.Tensor,
+    response: torch.Tensor,
+    prompt_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`token_logprobs` of ``cat(prompt_ids[prompt_index], response)``, each distinct prompt run once.
+
+    A group's G (HACPO: n·G) rows share one prompt, and on a toy task the prompt is half of each row, so
+    running the prompts once and expanding their KV cache to the rows halves the forward *and* backward
+    work. Gradients flow through the shared cache, so the result and its gradient equal the plain forward.
+    Shapes: ``prompt_ids`` ``[P, Tp]`` (left-padded, ``prompt_mask``), ``prompt_index`` ``[R]``,
+    ``response`` ``[R, T]``.
+    """
+    from transformers import DynamicCache
+
+    key = _cache_kwarg(model)
+    padded = prompt_mask is not None and not bool(prompt_mask.all())
+    pos_p = _positions(prompt_mask) if padded else None
+    cache = DynamicCache()
+    out = model(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask.long() if padded else None,
+        position_ids=pos_p,
+        use_cache=True,
+        **{key: cache},
+    )
+    first = out.logits[:, -1, :][prompt_index]  # predicts response token 0
+    cache.batch_select_indices(prompt_index)
+    rows, width = response.shape
+    steps = torch.arange(width, device=response.device)
+    if padded:
+        ones = torch.ones_like(response, dtype=torch.bool)
+        attn = torch.cat([prompt_mask[prompt_index], ones], dim=1).long()
+        pos = pos_p[prompt_index][:, -1:] + 1 + steps
+    else:
+        attn, pos = None, (prompt_ids.shape[1] + steps).expand(rows, width)
+    rest = model(input_ids=response, attention_mask=attn, position_ids=pos, use_cache=True, **{key: cache})
+    rest = rest.logits
+    logits = torch.cat([first[:, None, :], rest[:, :-1, :]], dim=1).float()
+    return torch.log_softmax(logits, dim=-1).gather(-1, response[..., None]).squeeze(-1)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from hacpo.agents.lm import generate, token_logprobs
+from hacpo.agents.lm import generate, token_logprobs_shared_prompt
 from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
 from hacpo.algo import (
     CapabilityTracker,
@@ -317,18 +317,14 @@ class LocalTrainer:
         self.phase["score"] += time.perf_counter() - t0
 
         t0 = time.perf_counter()
+        rows = index.to(self.device)
         logp = out.logp
-        if not self.sampler_logp:
-            with torch.no_grad():
-                full = torch.cat([ids, out.tokens], dim=1)
-                full_mask = torch.cat([mask, out.mask], dim=1)
-                logp = token_logprobs(agent.model, full, ids.shape[1], full_mask) * out.mask
-        ref_logp = None
-        if agent.ref is not None:
-            with torch.no_grad():
-                full = torch.cat([ids, out.tokens], dim=1)
-                full_mask = torch.cat([mask, out.mask], dim=1)
-                ref_logp = token_logprobs(agent.ref, full, ids.shape[1], full_mask) * out.mask
+        with torch.no_grad():
+            if not self.sampler_logp:
+                logp = token_logprobs_shared_prompt(agent.model, p_ids, rows, out.tokens, p_mask) * out.mask
+            ref_logp = None
+            if agent.ref is not None:
+                ref_logp = token_logprobs_shared_prompt(agent.ref, p_ids, rows, out.tokens, p_mask) * out.mask
         # The shared text drops the terminal EOS (cross_eos: strip), so the generator's mean excludes it too.
         shared_mask = source_logp_mask(out.tokens, agent.eos_id, cfg.cross_eos)
         self.phase["logprobs"] += time.perf_counter() - t0
@@ -431,12 +427,14 @@ class LocalTrainer:
                 width = max(1, int(resp_mask.sum(1).max()))
                 resp = rows.response[idx, :width]
                 resp_mask = resp_mask[:, :width]
-                pi = rows.prompt_index[idx]
-                ids = torch.cat([p_ids[pi], resp], dim=1).to(self.device)
-                attn = None
-                if not bool(p_mask.all()):
-                    attn = torch.cat([p_mask[pi], torch.ones_like(resp_mask)], dim=1).to(self.device)
-                logp = token_logprobs(learner.model, ids, p_ids.shape[1], attn)
+                prompts, pi = torch.unique(rows.prompt_index[idx], return_inverse=True)
+                logp = token_logprobs_shared_prompt(
+                    learner.model,
+                    p_ids[prompts].to(self.device),
+                    pi.to(self.device),
+                    resp.to(self.device),
+                    p_mask[prompts].to(self.device),
+                )
                 dev = self.device
                 batch = MiniBatch(
                     logp=logp,
@@ -564,13 +562,15 @@ class LocalTrainer:
         if len(cross):
             learner = self.agents[k]
             p_ids, p_mask = learner.prompt_ids(problems, self.cfg.prompt_style, "cpu")
-            pi = rows.prompt_index[cross]
-            ids = torch.cat([p_ids[pi], rows.response[cross]], dim=1).to(self.device)
-            attn = None
-            if not bool(p_mask.all()):
-                attn = torch.cat([p_mask[pi], torch.ones_like(rows.mask[cross])], dim=1).to(self.device)
+            prompts, pi = torch.unique(rows.prompt_index[cross], return_inverse=True)
             with torch.no_grad():
-                lp = token_logprobs(learner.model, ids, p_ids.shape[1], attn).cpu()
+                lp = token_logprobs_shared_prompt(
+                    learner.model,
+                    p_ids[prompts].to(self.device),
+                    pi.to(self.device),
+                    rows.response[cross].to(self.device),
+                    p_mask[prompts].to(self.device),
+                ).cpu()
             rows.old_mean_logp[cross] = seq_mean_logp(lp, rows.mask[cross])
         return rows
 

@@ -1,0 +1,218 @@
+"""Throughput / latency benchmark for :mod:`hacpo.reward` (not a test).
+
+    python benchmarks/bench_reward.py [--batches 8] [--workers 0 1 2]
+
+Workloads (each response is ~1 KB of reasoning text ending in a box; 70% integer answers like the toy
+tasks, 30% LaTeX answers such as ``\\frac{3}{4}``, ``2\\sqrt{3}``, ``\\pi/2``, about half of them correct):
+
+- ``ints``:   integer answers only (fast path; measures the per-item overhead of the calling process).
+- ``rl``:     RL-like steps: each batch is 64 fresh prompts × 8 samples, answers drawn from a few candidates
+              per prompt (so a batch repeats answers, as GRPO groups do). Default scorer (cache on).
+- ``unique``: LaTeX answers drawn from wide ranges (almost never repeated) and the cache off: the cost of
+              math-verify itself (worst case).
+
+Also scores a hostile corpus item by item and reports the maximum per-item wall latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from math import gcd
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from hacpo.reward import Scorer  # noqa: E402
+
+FILLER = (
+    "Let us reason step by step. We first simplify the expression and then check the boundary cases. "
+    "Substituting the values gives the intermediate result, and we verify it satisfies the constraints. "
+) * 5
+
+
+def _latex_pair(rng: random.Random, scale: int = 1) -> tuple[str, str]:
+    """(boxed answer, gold) for a random LaTeX-style item; equal in about half the cases. ``scale`` widens
+    the number ranges (so that items rarely repeat)."""
+    kind = rng.randrange(4)
+    wrong = rng.random() < 0.5
+    if kind == 0:  # fraction vs reduced fraction / decimal
+        b = rng.choice([2, 4, 5, 8, 10, 3, 7, 9])
+        a = rng.randrange(1, 50 * scale)
+        g = gcd(a, b)
+        gold = f"\\frac{{{a // g}}}{{{b // g}}}"
+        k = rng.randrange(1, 4)
+        ans = f"\\frac{{{a * k + wrong}}}{{{b * k}}}"
+        if b in (2, 4, 5, 8, 10) and rng.random() < 0.5:
+            gold = repr(a / b)
+    elif kind == 1:  # k sqrt m vs sqrt(k^2 m)
+        k, m = rng.randrange(2, 12 * scale), rng.choice([2, 3, 5, 6, 7, 10, 11, 13, 14, 15])
+        ans = f"{k}\\sqrt{{{m}}}"
+        gold = f"\\sqrt{{{k * k * m + wrong}}}"
+    elif kind == 2:  # multiples of pi
+        k, m = rng.randrange(1, 9 * scale), rng.randrange(2, 9 * scale)
+        ans = f"\\frac{{{k}\\pi}}{{{m}}}"
+        gold = f"{k + wrong}\\pi/{m}"
+    else:  # same form (exact-match path) or a sign slip
+        a, b = rng.randrange(1, 20 * scale), rng.randrange(2, 20 * scale)
+        gold = f"\\frac{{{a}}}{{{b}}}"
+        ans = f"-\\frac{{{a}}}{{{b}}}" if wrong else gold
+    return ans, gold
+
+
+def _int_pair(rng: random.Random) -> tuple[str, str]:
+    gold = rng.randrange(0, 10000)
+    ans = gold if rng.random() < 0.5 else gold + rng.choice([-1, 1, 10])
+    return str(ans), str(gold)
+
+
+def _response(ans: str, rng: random.Random) -> str:
+    return FILLER[: rng.randrange(600, len(FILLER))] + f"Therefore the answer is $\\boxed{{{ans}}}$."
+
+
+def rl_batch(rng: random.Random, prompts: int = 64, samples: int = 8) -> tuple[list[str], list[str]]:
+    responses, golds = [], []
+    for _ in range(prompts):
+        if rng.random() < 0.7:
+            cands = [_int_pair(rng) for _ in range(3)]
+            gold = cands[0][1]
+            cands = [(a, gold) for a, _ in cands]
+        else:
+            a, gold = _latex_pair(rng)
+            cands = [(a, gold), (gold, gold), (f"{a}+1", gold)]
+        for _ in range(samples):
+            ans, g = rng.choice(cands)
+            responses.append(_response(ans, rng))
+            golds.append(g)
+    return responses, golds
+
+
+def unique_batch(rng: random.Random, n: int = 512) -> tuple[list[str], list[str]]:
+    responses, golds = [], []
+    for _ in range(n):
+        if rng.random() < 0.7:
+            ans, gold = _int_pair(rng)
+        else:
+            ans, gold = _latex_pair(rng, scale=40)
+        responses.append(_response(ans, rng))
+        golds.append(gold)
+    return responses, golds
+
+
+def int_batch(rng: random.Random, n: int = 512) -> tuple[list[str], list[str]]:
+    """Integer answers only: everything is decided by the fast path in the calling process."""
+    pairs = [_int_pair(rng) for _ in range(n)]
+    return [_response(a, rng) for a, _ in pairs], [g for _, g in pairs]
+
+
+def hostile_corpus() -> list[tuple[str, str]]:
+    mb = 2 * 1024 * 1024
+    return [
+        ("x" * mb + "\\boxed{5}", "5"),
+        ("\\boxed{" + "{" * mb, "5"),
+        ("\\boxed{9^{9^{9^{9}}}}", "5"),
+        ("\\boxed{10**10**10}", "5"),
+        ("\\boxed{2^{2^{30}}}", "5"),
+        ("\\boxed{(10^{7})!}", "5"),
+        ("\\boxed{\\binom{1000000}{500000}}", "5"),
+        ("\\boxed{(1+x)^{100000}}", "5"),
+        ("\\boxed{" + "{" * 5000 + "1" + "}" * 5000 + "}", "1"),
+        ("\\boxed{" + "(" * 15 + "1" + ")" * 15 + "}", "1"),
+        ("\\boxed{\\frac{1}{0}}", "5"),
+        ("\\boxed{\x00\x001\x00}", "1"),
+        ("\\boxed{\ud800\uffff\u202e\U0001f600}", "5"),
+        ("\\boxed{\\int_0^{\\infty} e^{-x^{2}} dx}", "\\frac{\\sqrt{\\pi}}{2}"),
+        ("\\boxed{x^{100000}-1=0}", "x=1"),
+        ("\\boxed{\\prod_{k=1}^{10^{6}} k}", "5"),
+    ]
+
+
+def _workers_cpu_s(scorer: Scorer) -> float:
+    """CPU seconds used so far by the scorer's worker processes (Linux /proc; 0 elsewhere)."""
+    total = 0.0
+    pool = scorer._pool  # benchmark-only peek at internals
+    for w in pool._workers if pool is not None else []:
+        try:
+            with open(f"/proc/{w.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def bench_throughput(workers: int, batches: list[tuple[list[str], list[str]]], cache_size: int) -> dict:
+    t0 = time.perf_counter()
+    with Scorer(workers=workers, cache_size=cache_size) as scorer:
+        scorer.score(["\\boxed{\\frac{1}{2}}"], ["0.5"])  # wait for workers / warm the parsers
+        startup = time.perf_counter() - t0
+        n = 0
+        t1, c1, w1 = time.perf_counter(), time.process_time(), _workers_cpu_s(scorer)
+        for responses, golds in batches:
+            scorer.score(responses, golds)
+            n += len(responses)
+        dt = time.perf_counter() - t1
+        parent_cpu, workers_cpu = time.process_time() - c1, _workers_cpu_s(scorer) - w1
+        stats = dict(scorer.stats)
+    return {
+        "items_per_s": n / dt,
+        "n": n,
+        "seconds": dt,
+        "startup_s": startup,
+        "stats": stats,
+        "parent_cpu_s": parent_cpu,
+        "workers_cpu_s": workers_cpu,
+    }
+
+
+def bench_hostile(workers: int) -> tuple[float, str]:
+    worst, which = 0.0, ""
+    with Scorer(workers=workers) as scorer:
+        scorer.score(["\\boxed{\\frac{1}{2}}"], ["0.5"])
+        for resp, gold in hostile_corpus():
+            t = time.perf_counter()
+            scorer.score([resp], [gold])
+            dt = time.perf_counter() - t
+            if dt > worst:
+                worst, which = dt, repr(resp[:40])
+    return worst, which
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batches", type=int, default=8, help="batches of 512 responses per workload")
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-hostile", action="store_true")
+    args = ap.parse_args()
+
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    workloads = {
+        "ints only": (lambda rng: int_batch(rng), None),
+        "rl (cache on)": (lambda rng: rl_batch(rng), None),
+        "unique (cache off)": (lambda rng: unique_batch(rng), 0),
+    }
+    for name, (make, cache) in workloads.items():
+        rng = random.Random(args.seed)
+        batches = [make(rng) for _ in range(args.batches)]
+        for w in args.workers:
+            kw = {} if cache is None else {"cache_size": cache}
+            r = bench_throughput(w, batches, kw.get("cache_size", 32768))
+            mv = r["stats"].get("math_verify", 0)
+            cpu = r["parent_cpu_s"] + r["workers_cpu_s"]
+            pc, wc = r["parent_cpu_s"], r["workers_cpu_s"]
+            print(
+                f"{name:18s} w={w}: {r['items_per_s']:6.0f} items/s wall | {r['n'] / cpu:6.0f} items/CPU-s"
+                f" (CPU: parent {pc:.2f}s + workers {wc:.2f}s) | {r['n']} items,"
+                f" {mv} math-verify calls, startup {r['startup_s']:.2f}s"
+            )
+    if not args.skip_hostile:
+        for w in args.workers:
+            worst, which = bench_hostile(w)
+            print(f"hostile corpus       workers={w}: max per-item latency {worst:.3f}s ({which})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Problems and prompts: synthetic arithmetic families (:mod:`hacpo.data.synthetic`)."""
