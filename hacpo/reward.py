@@ -74,6 +74,7 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from multiprocessing.connection import Connection
 from multiprocessing.connection import wait as _conn_wait
 from typing import Any
@@ -183,6 +184,33 @@ def _int_key(s: str) -> tuple[bool, str]:
     return (neg and digits != "0", digits)
 
 
+# Plain rationals: an integer, a decimal, a/b, or \frac{a}{b} (also \dfrac, \tfrac, \frac12), with an optional
+# leading sign. No thousands commas, percent signs or mixed numbers: those go to math-verify.
+_RAT_RE = re.compile(
+    r"(?P<sign>[+-]?)\s*(?:"
+    r"(?P<dec>[0-9]{1,60}(?:\.[0-9]{1,60})?)"
+    r"|(?P<n1>[0-9]{1,60})\s*/\s*(?P<d1>[0-9]{1,60})"
+    r"|\\[dt]?frac\s*(?:\{\s*(?P<n2>[0-9]{1,60})\s*\}|(?P<n3>[0-9]))\s*(?:\{\s*(?P<d2>[0-9]{1,60})\s*\}|(?P<d3>[0-9]))"
+    r")"
+)
+_RAT_MARGIN = Fraction(1, 10**4)  # relative gap that math-verify's 6-digit float rounding cannot bridge
+
+
+def _as_fraction(s: str) -> Fraction | None:
+    m = _RAT_RE.fullmatch(s)
+    if m is None:
+        return None
+    if m["dec"] is not None:
+        v = Fraction(m["dec"])
+    else:
+        num = m["n1"] or m["n2"] or m["n3"]
+        den = int(m["d1"] or m["d2"] or m["d3"])
+        if den == 0:
+            return None
+        v = Fraction(int(num), den)
+    return -v if m["sign"] == "-" else v
+
+
 def _too_nested(s: str) -> bool:
     depth = 0
     for ch in _BRACKETS_RE.sub("", s):
@@ -223,6 +251,13 @@ def _prepare(response: Any, gold: Any) -> tuple[str | None, float | None, str, t
             return boxed, 0.0, "too_long", None
         if _INT_RE.fullmatch(c) and _INT_RE.fullmatch(g):
             return boxed, float(_int_key(c) == _int_key(g)), "int", None
+        fc = _as_fraction(c)
+        fg = _as_fraction(g) if fc is not None else None
+        if fc is not None and fg is not None:
+            if fc == fg:
+                return boxed, 1.0, "rational", None
+            if abs(fc - fg) > _RAT_MARGIN * max(1, abs(fc), abs(fg)):
+                return boxed, 0.0, "rational", None
         if _too_nested(c):
             return boxed, 0.0, "too_nested", None
         return boxed, None, "math_verify", (c, g)

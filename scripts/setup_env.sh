@@ -22,7 +22,8 @@ if ! "$PY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     "$PY" -m pip install -q "torch==$TORCH_VERSION"
   else
-    "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
+    # torch alone from the CPU index (its dependencies come from the default index in the next step)
+    "$PY" -m pip install -q --no-deps --retries 2 "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
 "$PY" -m pip install -q -e ".[$EXTRAS]"

@@ -1,0 +1,128 @@
+"""The ``hacpo`` command line: eval, train, data, methods, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from hacpo.cli import main
+from hacpo.eval.metrics import pass_at_k, summarize
+
+
+def test_eval_greedy_and_sampled(tmp_path, toy_data, small_agent, capsys):
+    bench = toy_data / "test.jsonl"
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(small_agent),
+                "--benchmark",
+                str(bench),
+                "--limit",
+                "60",
+                "--out",
+                str(tmp_path / "greedy"),
+            ]
+        )
+        == 0
+    )
+    summary = json.loads((tmp_path / "greedy" / "test.json").read_text())
+    samples = [json.loads(x) for x in (tmp_path / "greedy" / "test.samples.jsonl").read_text().splitlines()]
+    assert summary["n_problems"] == 60 and summary["samples_per_problem"] == 1 and len(samples) == 60
+    assert summary["avg@1"] == pytest.approx(sum(s["correct"] for s in samples) / 60)
+    assert 0.0 < summary["avg@1"] < 1.0  # a warmed-up toy agent solves some, not all
+    assert {"id", "response", "extracted", "gold", "correct"} <= samples[0].keys()
+
+    assert (
+        main(
+            [
+                "eval",
+                "--checkpoint",
+                str(small_agent),
+                "--benchmark",
+                str(bench),
+                "--limit",
+                "30",
+                "--sample",
+                "--k",
+                "4",
+                "--out",
+                str(tmp_path / "sampled"),
+            ]
+        )
+        == 0
+    )
+    s = json.loads((tmp_path / "sampled" / "test.json").read_text())
+    assert s["samples_per_problem"] == 4 and "avg@4" in s and "pass@4" in s and s["pass@4"] >= s["avg@4"]
+
+
+def test_eval_rejects_missing_inputs(tmp_path, small_agent, capsys):
+    assert (
+        main(["eval", "--checkpoint", str(small_agent), "--benchmark", "nope.jsonl", "--out", str(tmp_path)])
+        == 2
+    )
+    assert "benchmark file 'nope.jsonl' does not exist" in capsys.readouterr().err
+    bad = tmp_path / "b.jsonl"
+    bad.write_text('{"problem": "1+1"}\n')
+    assert main(["eval", "--checkpoint", str(tmp_path), "--benchmark", str(bad), "--out", str(tmp_path)]) == 2
+    assert "not a Hugging Face checkpoint" in capsys.readouterr().err
+
+
+def test_train_from_yaml_with_overrides(tmp_path, toy_data, small_agent, capsys):
+    cfg = {
+        "method": "grpo",
+        "agents": [{"name": "a", "path": str(small_agent)}],
+        "train_file": str(toy_data / "train.jsonl"),
+        "out_dir": str(tmp_path / "run"),
+        "steps": 3,
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "val_size": 0,
+    }
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    assert main(["train", str(tmp_path / "run.yaml"), "--set", "steps=1"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["step"] == 1
+    assert main(["train", str(tmp_path / "run.yaml"), "--set", "method=nope"]) == 2
+    assert "unknown method 'nope'" in capsys.readouterr().err
+
+
+def test_data_and_methods(tmp_path, capsys):
+    assert (
+        main(
+            [
+                "data",
+                "--families",
+                "add2",
+                "sub2",
+                "--n-test",
+                "20",
+                "--n-dev",
+                "10",
+                "--n-train",
+                "30",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    assert len((tmp_path / "test.jsonl").read_text().splitlines()) == 40
+    assert main(["methods"]) == 0
+    out = capsys.readouterr().out
+    for name in ("grpo", "gspo_x2", "gspo_updates_x2", "naive", "hacpo_no_clip", "hacpo_alpha"):
+        assert name in out
+
+
+def test_pass_at_k_and_summary_by_hand():
+    assert pass_at_k(4, 0, 1) == 0.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 − C(3,2)/C(4,2)
+    assert pass_at_k(4, 3, 2) == 1.0
+    s = summarize([[1, 0, 0, 0], [1, 1, 0, 0]])
+    assert s["avg@4"] == pytest.approx((0.25 + 0.5) / 2)
+    assert s["pass@1"] == pytest.approx(0.375) and s["pass@4"] == 1.0
+    with pytest.raises(ValueError):
+        summarize([[1, 0], [1]])
