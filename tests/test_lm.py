@@ -75,3 +75,35 @@ def test_greedy_is_deterministic_and_bad_arguments_fail():
         generate(model, ids, 0, eos_id=2, pad_id=0)
     with pytest.raises(ValueError, match="temperature"):
         generate(model, ids, 3, eos_id=2, pad_id=0, temperature=0.0)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_shared_prefill_generation_is_identical(padded):
+    model = _model("qwen3").eval()
+    prompts = torch.randint(3, 40, (3, 6))
+    pmask = torch.ones_like(prompts, dtype=torch.bool)
+    if padded:
+        pmask[1, :3] = False
+        prompts[1, :3] = 0
+    index = torch.arange(3).repeat_interleave(4)
+    a = generate(
+        model,
+        prompts[index],
+        6,
+        eos_id=2,
+        pad_id=0,
+        prompt_mask=pmask[index],
+        generator=torch.Generator().manual_seed(5),
+    )
+    b = generate(
+        model,
+        prompts,
+        6,
+        eos_id=2,
+        pad_id=0,
+        prompt_mask=pmask,
+        prompt_index=index,
+        generator=torch.Generator().manual_seed(5),
+    )
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.allclose(a.logp, b.logp, atol=1e-5)

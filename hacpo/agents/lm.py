@@ -43,8 +43,14 @@ def generate(
     top_p: float = 1.0,
     greedy: bool = False,
     generator: torch.Generator | None = None,
+    prompt_index: torch.Tensor | None = None,
 ) -> Generation:
-    """Sample (or greedy-decode) up to ``max_new_tokens`` per row; stops early once every row hit EOS."""
+    """Sample (or greedy-decode) up to ``max_new_tokens`` per row; stops early once every row hit EOS.
+
+    With ``prompt_index`` ``[B]``, ``prompt_ids``/``prompt_mask`` hold each *distinct* prompt once
+    (``[P, Tp]``): the prompts are encoded once and their KV cache is expanded to the B rows (a group's G
+    samples share one prefill). Results are identical to passing ``prompt_ids[prompt_index]``.
+    """
     from transformers import DynamicCache
 
     if prompt_ids.dim() != 2 or prompt_ids.shape[0] == 0:
@@ -54,19 +60,26 @@ def generate(
     if not greedy and temperature <= 0:
         raise ValueError(f"temperature must be > 0 for sampling (use greedy=True), got {temperature}")
     device = prompt_ids.device
-    b = prompt_ids.shape[0]
     padded = prompt_mask is not None and not bool(prompt_mask.all())
     attn = prompt_mask.long() if padded else None
     pos = _positions(prompt_mask) if padded else None
-    cache = {_cache_kwarg(model): DynamicCache()}
+    dyn = DynamicCache()
+    cache = {_cache_kwarg(model): dyn}
     out = model(input_ids=prompt_ids, attention_mask=attn, position_ids=pos, use_cache=True, **cache)
+    last_logits = out.logits[:, -1, :]
+    if prompt_index is not None:
+        dyn.batch_select_indices(prompt_index)
+        last_logits = last_logits[prompt_index]
+        if padded:
+            attn, pos = attn[prompt_index], pos[prompt_index]
+    b = last_logits.shape[0]
     next_pos = (pos[:, -1:] + 1) if padded else None
     tokens = torch.full((b, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
     alive = torch.ones(b, dtype=torch.bool, device=device)
     length = 0
     for t in range(max_new_tokens):
-        logits = out.logits[:, -1, :].float()
+        logits = (last_logits if t == 0 else out.logits[:, -1, :]).float()
         if greedy:
             logprobs = torch.log_softmax(logits, dim=-1)
             tok = logprobs.argmax(dim=-1)

@@ -287,18 +287,18 @@ class LocalTrainer:
         t0 = time.perf_counter()
         p_ids, p_mask = agent.prompt_ids(problems, cfg.prompt_style, self.device)
         index = torch.arange(len(problems)).repeat_interleave(g)
-        ids, mask = p_ids[index.to(self.device)], p_mask[index.to(self.device)]
         agent.model.eval()
         out = generate(
             agent.model,
-            ids,
+            p_ids,
             cfg.max_new_tokens,
             eos_id=agent.eos_id,
             pad_id=agent.pad_id,
-            prompt_mask=mask,
+            prompt_mask=p_mask,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
             generator=agent.gen,
+            prompt_index=index.to(self.device),
         )
         agent.model.train()
         self.gen_tokens += int(out.mask.sum())
