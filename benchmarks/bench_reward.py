@@ -146,7 +146,8 @@ def _workers_cpu_s(scorer: Scorer) -> float:
 def bench_throughput(workers: int, batches: list[tuple[list[str], list[str]]], cache_size: int) -> dict:
     t0 = time.perf_counter()
     with Scorer(workers=workers, cache_size=cache_size) as scorer:
-        scorer.score(["\\boxed{\\frac{1}{2}}"], ["0.5"])  # wait for workers / warm the parsers
+        scorer.wait_ready()
+        scorer.score(["\\boxed{\\sqrt{8}}"], ["2\\sqrt{2}"])  # warm the parsers (in-process case)
         startup = time.perf_counter() - t0
         n = 0
         t1, c1, w1 = time.perf_counter(), time.process_time(), _workers_cpu_s(scorer)
@@ -170,7 +171,8 @@ def bench_throughput(workers: int, batches: list[tuple[list[str], list[str]]], c
 def bench_hostile(workers: int) -> tuple[float, str]:
     worst, which = 0.0, ""
     with Scorer(workers=workers) as scorer:
-        scorer.score(["\\boxed{\\frac{1}{2}}"], ["0.5"])
+        scorer.wait_ready()
+        scorer.score(["\\boxed{\\sqrt{8}}"], ["2\\sqrt{2}"])
         for resp, gold in hostile_corpus():
             t = time.perf_counter()
             scorer.score([resp], [gold])

@@ -1,7 +1,7 @@
 """``hacpo demo``: the whole story at toy scale on a CPU in a few minutes.
 
-Synthetic two-digit addition → two tiny heterogeneous agents (size pair, warmed up by SFT) → GSPO for each
-agent alone and HACPO for the pair → greedy test accuracy before and after, as a Markdown table.
+Synthetic two-digit addition → two tiny heterogeneous agents (size pair, warmed up by SFT) → GSPO and
+GSPO×2 for each agent alone, Naive sharing and HACPO for the pair → greedy test accuracy, as a Markdown table.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from hacpo.runio import MetricsLog, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ("small", "big")
+SINGLE = ("gspo", "gspo_x2")
+JOINT = ("naive", "hacpo")
+LABELS = {"gspo": "GSPO", "gspo_x2": "GSPO×2", "naive": "Naive", "hacpo": "HACPO"}
 
 
 def build_agents(out: Path, names=PAIR) -> dict[str, Path]:
@@ -56,25 +59,29 @@ def run_demo(out: Path, seeds=(0,), steps: int = 30, workers: int = 2) -> str:
     )
     jobs = []
     for seed in seeds:
-        for name in PAIR:
+        for method in SINGLE:
+            for name in PAIR:
+                agents_cfg = [{"name": name, "path": str(agents[name])}]
+                jobs.append(
+                    dict(
+                        common,
+                        method=method,
+                        seed=seed,
+                        agents=agents_cfg,
+                        out_dir=str(out / "runs" / f"{method}-{name}-s{seed}"),
+                    )
+                )
+        for method in JOINT:
+            agents_cfg = [{"name": n, "path": str(agents[n])} for n in PAIR]
             jobs.append(
                 dict(
                     common,
-                    method="gspo",
+                    method=method,
                     seed=seed,
-                    agents=[{"name": name, "path": str(agents[name])}],
-                    out_dir=str(out / "runs" / f"gspo-{name}-s{seed}"),
+                    agents=agents_cfg,
+                    out_dir=str(out / "runs" / f"{method}-s{seed}"),
                 )
             )
-        jobs.append(
-            dict(
-                common,
-                method="hacpo",
-                seed=seed,
-                agents=[{"name": n, "path": str(agents[n])} for n in PAIR],
-                out_dir=str(out / "runs" / f"hacpo-s{seed}"),
-            )
-        )
     with ProcessPoolExecutor(workers) as pool:
         for done in pool.map(_train, jobs):
             print(f"finished {done}", flush=True)
@@ -83,13 +90,18 @@ def run_demo(out: Path, seeds=(0,), steps: int = 30, workers: int = 2) -> str:
         rows = MetricsLog(out / "runs" / run / "validation.jsonl").read()
         return next(r["acc"] for r in rows if r["agent"] == agent and r["step"] == step)
 
-    lines = ["| agent | base | GSPO | HACPO | HACPO − GSPO |", "|---|---|---|---|---|"]
+    def mean_acc(method: str, name: str) -> float:
+        run = (lambda s: f"{method}-{name}-s{s}") if method in SINGLE else (lambda s: f"{method}-s{s}")
+        return statistics.mean(acc(run(s), name, steps) for s in seeds)
+
+    methods = [*SINGLE, *JOINT]
+    lines = ["| agent | base | " + " | ".join(LABELS[m] for m in methods) + " | HACPO − GSPO |"]
+    lines.append("|---" * (len(methods) + 3) + "|")
     for name in PAIR:
         base = acc(f"gspo-{name}-s{seeds[0]}", name, 0)
-        gspo = [acc(f"gspo-{name}-s{s}", name, steps) for s in seeds]
-        hacpo = [acc(f"hacpo-s{s}", name, steps) for s in seeds]
-        g, h = statistics.mean(gspo), statistics.mean(hacpo)
-        lines.append(f"| {name} | {base:.3f} | {g:.3f} | {h:.3f} | {100 * (h - g):+.1f} pts |")
+        vals = {m: mean_acc(m, name) for m in methods}
+        cells = " | ".join(f"{vals[m]:.3f}" for m in methods)
+        lines.append(f"| {name} | {base:.3f} | {cells} | {100 * (vals['hacpo'] - vals['gspo']):+.1f} pts |")
     table = (
         f"Greedy test-1000 accuracy after {steps} RL steps (mean over seeds {list(seeds)}).\n\n"
         + "\n".join(lines)

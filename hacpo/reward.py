@@ -22,8 +22,15 @@ Pipeline for one item
    - boxed content or gold over :data:`MAX_ANSWER_CHARS` chars → 0;
    - both sides plain ASCII integers (optional sign, leading zeros, ``1,000``-style thousands groups, but no
      ``+`` with commas: math-verify reads ``+1,000`` as the set {1, 0}) → compared as integers, which is
-     what math-verify concludes for those forms (checked on random samples in the tests);
+     what math-verify concludes for those forms;
+   - both sides plain rationals (integer, decimal, ``a/b``, ``\\frac{a}{b}``, ``\\dfrac``, ``\\tfrac``,
+     ``\\frac12``; optional sign) → equal as exact fractions: 1; relative gap over 1e-4: 0; closer than that
+     (math-verify's 6-digit float rounding may merge them, e.g. ``0.3333333`` vs ``\\frac{1}{3}``): left to
+     math-verify;
    - bracket nesting deeper than :data:`MAX_NESTING` → 0 (ANTLR gets exponentially slow with depth).
+
+   The int and rational verdicts are checked against math-verify on random samples in the tests (and on
+   ~10k pairs during development, with no disagreement).
 3. math-verify: ``parse`` of ``\\boxed{gold}`` (LaTeX + plain-expression extraction) and of
    ``\\boxed{content}`` (LaTeX extraction, so it sees exactly the boxed content), a size guard on the parsed
    SymPy trees (numbers with more than :data:`MAX_NUMBER_BITS` bits, e.g. ``9^{9^{9^{9}}}`` or ``(10^7)!``,
@@ -37,7 +44,11 @@ gold×target pair inside ``verify`` (up to 4 pairs here), and each ends with ``a
 any outer timer. Their smallest setting (1 s) therefore bounds an item only by ~6 s. We pass
 ``parsing_timeout=None`` / ``timeout_seconds=None`` and instead run the whole item (both parses + verify)
 under one ``signal.setitimer`` deadline of ``0.75 * timeout_s`` whose handler raises a ``BaseException``
-(so math-verify's ``except Exception`` cannot swallow it) and re-fires every 50 ms until disarmed.
+(so math-verify's ``except Exception`` cannot swallow it) and re-fires every 50 ms until disarmed. Three
+guards keep asynchronous interrupts from corrupting the process: each process first runs math-verify over a
+few typical answers with no deadline (lazy SymPy imports happen there), the handler never raises while a
+module import is running (it waits for the next re-fire), and once the deadline has fired the item counts as
+a timeout even if some library swallowed the exception and returned a value.
 
 Signals only work in the main thread, so:
 
@@ -104,9 +115,9 @@ _REFIRE_S = 0.05  # the deadline signal repeats until disarmed, in case some lib
 _WORKER_START_TIMEOUT_S = 60.0
 _MAX_CHUNK = 4  # items per message; math-verify items take ms, so small chunks balance load at no cost
 _DEFAULT_CACHE = 32768
-# Verdicts worth caching. Timeouts/kills are load-dependent but cached too: a repeated slow answer must not
-# cost timeout_s again in every batch. Crashes and errors are not cached.
-_CACHEABLE = frozenset({"math_verify", "unparsed", "gold_unparsed", "too_big", "timeout", "killed"})
+# Deterministic verdicts only: timeouts/kills depend on machine load (a busy moment must not pin a 0 for the
+# rest of the run); within one batch a repeated pair is scored once anyway.
+_CACHEABLE = frozenset({"math_verify", "unparsed", "gold_unparsed", "too_big"})
 _GOLD_CACHE_SIZE = 4096
 
 # ----------------------------------------------------------------------------------------------------------
@@ -374,6 +385,8 @@ def _parse_gold(gold: str) -> tuple[list[Any], bool]:
     mv = _mv()
     parsed = mv["parse"]("\\boxed{" + gold + "}", extraction_config=mv["gold_cfg"], parsing_timeout=None)
     entry = (parsed, _too_big(parsed))
+    if _DEADLINE["armed"] and _DEADLINE["fired"]:  # a library swallowed our interrupt: don't keep this parse
+        raise _Deadline()
     _GOLD_CACHE[gold] = entry
     if len(_GOLD_CACHE) > _GOLD_CACHE_SIZE:
         _GOLD_CACHE.popitem(last=False)
@@ -398,8 +411,23 @@ class _Deadline(BaseException):
     """Raised by our SIGALRM handler; a BaseException so library ``except Exception`` cannot eat it."""
 
 
+# State of the (single, main-thread) in-process deadline. ``fired`` stays set once the signal has fired, so
+# a result computed after some library swallowed the interrupt (bare ``except:``) is discarded as a timeout.
+_DEADLINE = {"armed": False, "fired": False}
+
+
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
+
+
+def _inside_import(frame: Any) -> bool:
+    """Is the interrupted code executing a module import? Aborting an import half-way leaves a half-built
+    module (and duplicate classes on re-import) behind, so the deadline never fires there."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _call_with_deadline(fn: Callable[[], Any], seconds: float) -> tuple[str, Any]:
@@ -407,29 +435,35 @@ def _call_with_deadline(fn: Callable[[], Any], seconds: float) -> tuple[str, Any
 
     Any previous SIGALRM handler and ITIMER_REAL timer are restored afterwards (remaining time adjusted).
     """
-    armed = [True]
+    state = _DEADLINE
 
     def _handler(signum, frame):
-        if armed[0]:
-            raise _Deadline()
+        if state["armed"]:
+            state["fired"] = True
+            if not _inside_import(frame):  # else: retry at the next re-fire, once the import has finished
+                raise _Deadline()
 
     t0 = time.monotonic()
     old_handler = signal.signal(signal.SIGALRM, _handler)
     prev = (0.0, 0.0)
+    state["armed"], state["fired"] = True, False
     try:
         try:
             prev = signal.setitimer(signal.ITIMER_REAL, max(seconds, 1e-3), _REFIRE_S)
-            return "ok", fn()
+            value = fn()
         finally:
-            armed[0] = False
+            state["armed"] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
+        return ("timeout", None) if state["fired"] else ("ok", value)
     except _Deadline:
         return "timeout", None
     except Exception:
+        if state["fired"]:  # the interrupt surfaced as some other exception
+            return "timeout", None
         logger.debug("reward: math-verify raised", exc_info=True)
         return "error", None
     finally:
-        armed[0] = False
+        state["armed"] = False
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old_handler)
         if prev[0] > 0:
@@ -447,8 +481,38 @@ def _reset_sympy_state() -> None:
         pass
 
 
+_WARMUP = (
+    ("1", "2"),
+    ("\\frac{1}{2}", "0.5"),
+    ("2\\sqrt{3}", "\\sqrt{12}"),
+    ("\\pi/2", "\\frac{\\pi}{2}"),
+    ("x^{2}+2x+1", "(x+1)^2"),
+    ("\\{1,2\\}", "(1,2)"),
+    ("x^2 = 4", "x=2"),
+    ("[1, 2)", "(1,2]"),
+)
+_WARMED = False
+
+
+def _warmup() -> None:
+    """Run math-verify once over typical shapes with NO deadline, so that SymPy's and math-verify's lazy
+    imports and one-time set-up never run under (and get cut by) an interrupt: an import aborted half-way can
+    leave duplicate classes behind and silently turn later verdicts into False. Once per process."""
+    global _WARMED
+    if _WARMED:
+        return
+    _WARMED = True
+    for content, gold in _WARMUP:
+        try:
+            _mv_equal(content, gold)
+        except Exception:  # pragma: no cover
+            logger.debug("reward: warm-up item failed", exc_info=True)
+
+
 def _verify_item(content: str, gold: str, soft_s: float) -> tuple[bool, str]:
     """math-verify verdict under the soft deadline. Main thread only. Never raises."""
+    if not _WARMED:
+        _warmup()
     try:
         status, value = _call_with_deadline(lambda: _mv_equal(content, gold), soft_s)
     except BaseException as exc:  # a late _Deadline or anything else: never propagate
@@ -483,29 +547,23 @@ def _set_cpu_backstop(seconds: float) -> None:
         pass
 
 
-_WARMUP = (
-    ("1", "2"),
-    ("\\frac{1}{2}", "0.5"),
-    ("2\\sqrt{3}", "\\sqrt{12}"),
-    ("\\pi/2", "\\frac{\\pi}{2}"),
-    ("x^{2}+2x+1", "(x+1)^2"),
-    ("\\{1,2\\}", "(1,2)"),
-)
-
-
 def _worker_entry() -> None:
     """Main of a worker subprocess: ``python -c ... <read_fd> <write_fd> <soft_s> <cpu_backstop_s>``."""
     rfd, wfd, soft_s, backstop_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business; it closes us
+    try:  # the CPU backstop (SIGXCPU) must not leave core files behind
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except Exception:  # pragma: no cover
+        pass
     for name in ("math_verify", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.ERROR)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
     # Test-only hook: boxed content equal to this value blocks SIGALRM and sleeps, imitating a hang in C code
     # that no signal can interrupt, so the tests can exercise the parent's kill-and-replace path.
     hang_for_tests = os.environ.get("HACPO_REWARD_HANG_FOR_TESTS") or None
-    _mv()
-    for content, gold in _WARMUP:  # lazy SymPy imports and parser set-up happen here, not on a real item
-        _verify_item(content, gold, soft_s)
+    _warmup()
     try:
         wconn.send(("ready", os.getpid()))
     except OSError:  # parent already gone
@@ -691,6 +749,24 @@ class _Pool:
             raise
         return results
 
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until every worker has started (or ``timeout`` s passed); True if all are ready."""
+        deadline = time.monotonic() + timeout
+        while True:
+            starting = {w.rconn: w for w in self._workers if not w.ready}
+            left = deadline - time.monotonic()
+            if not starting or left <= 0:
+                return not starting
+            for conn in _conn_wait(list(starting), timeout=left):
+                w = starting[conn]
+                try:
+                    while conn.poll():
+                        if conn.recv()[0] == "ready":
+                            w.ready = True
+                            self._start_failures = 0
+                except (EOFError, OSError):
+                    self._fail_worker(w, [], deque(), "crashed", {})
+
     def close(self) -> None:
         if self._closed:
             return
@@ -772,6 +848,17 @@ class Scorer:
                     pool.close()
         except Exception:
             pass
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Block until the pool's workers have started and warmed up (``workers=0`` in the main thread: warm
+        math-verify up in this process). Optional: a first batch otherwise waits for the same thing. Returns
+        True if all workers are ready within ``timeout`` seconds."""
+        with self._lock:
+            if self._pool is not None:
+                return self._pool.wait_ready(timeout)
+            if _in_main_thread():
+                _warmup()
+            return True
 
     @property
     def pool_kills(self) -> int:

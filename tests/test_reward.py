@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 import signal
+import sys
 import threading
 import time
+from fractions import Fraction
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -21,7 +23,7 @@ PER_ITEM_LIMIT_S = 2.5
 @pytest.fixture(scope="module")
 def pool2():
     with Scorer(workers=2) as s:
-        s.score(["\\boxed{\\frac{1}{2}}"], ["0.5"])  # wait until the workers are up
+        assert s.wait_ready()
         yield s
 
 
@@ -129,12 +131,13 @@ def test_wrong(response, gold):
 
 
 def test_score_detailed():
-    d = score_detailed("so \\boxed{\\frac{1}{2}}", "0.5")
-    assert d["extracted"] == "\\frac{1}{2}" and d["correct"] is True and d["method"] == "math_verify"
+    d = score_detailed("so \\boxed{\\sqrt{8}}", "2\\sqrt 2")
+    assert d["extracted"] == "\\sqrt{8}" and d["correct"] is True and d["method"] == "math_verify"
     d = score_detailed("so 0.5", "0.5")
     assert d["extracted"] is None and d["correct"] is False and d["method"] == "no_box"
     assert score_detailed("\\boxed{12}", "12")["method"] == "exact"
     assert score_detailed("\\boxed{012}", "12")["method"] == "int"
+    assert score_detailed("\\boxed{\\frac{2}{4}}", "0.5")["method"] == "rational"
 
 
 @pytest.mark.parametrize(
@@ -199,6 +202,55 @@ def test_int_fast_path_agrees_with_math_verify():
     assert reward._prepare("\\boxed{1000}", "+1,000")[2] == "math_verify"
 
 
+def _rational_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+
+    def fmt(v: Fraction) -> str:
+        sign = "-" if v < 0 else ("+" if rng.random() < 0.1 else "")
+        a, r = abs(v), rng.random()
+        if a.denominator == 1 and r < 0.3:
+            return sign + str(a.numerator) + (".0" if rng.random() < 0.3 else "")
+        if r < 0.55:
+            return sign + f"{float(a):.{rng.choice([1, 2, 3, 6, 7, 9])}f}"
+        k = rng.choice([1, 2, 3])
+        num, den = a.numerator * k, a.denominator * k
+        return rng.choice(
+            [f"{sign}\\frac{{{num}}}{{{den}}}", f"{sign}\\dfrac{{{num}}}{{{den}}}", f"{sign}{num}/{den}"]
+            + ([f"{sign}\\frac{num}{den}"] if num < 10 and den < 10 else [])
+        )
+
+    pairs = []
+    for _ in range(n):
+        v = Fraction(rng.randint(-2000, 2000), rng.choice([1, 2, 3, 4, 7, 8, 12, 100, 7919]))
+        r = rng.random()
+        if r < 0.4:
+            w = v
+        elif r < 0.6:  # near misses: some within math-verify's rounding, some not
+            w = v + Fraction(rng.choice([1, -1]), rng.choice([10**3, 10**5, 10**7, 10**9]))
+        elif r < 0.8:
+            w = -v
+        else:
+            w = Fraction(rng.randint(-2000, 2000), rng.choice([1, 3, 7, 100]))
+        pairs.append((fmt(w), fmt(v)))
+    return pairs + [("0.3333333", "\\frac{1}{3}"), ("0.333", "\\frac13"), ("-0.0", "0"), ("007.5", "7.5")]
+
+
+def test_rational_fast_path_agrees_with_math_verify():
+    checked = 0
+    for content, gold in _rational_pairs(250):
+        _, decided, method, key = reward._prepare("\\boxed{" + content + "}", gold)
+        if method != "rational":
+            continue
+        mv_verdict, mv_method = reward._verify_item(content, gold, 10.0)
+        assert mv_method == "math_verify"
+        assert bool(decided) == mv_verdict, (content, gold)
+        checked += 1
+    assert checked > 150
+    # math-verify rounds to 6 digits: this near miss must be left to it (it says equal)
+    assert reward._prepare("\\boxed{0.3333333}", "\\frac{1}{3}")[2] == "math_verify"
+    assert score_one("\\boxed{0.3333333}", "\\frac{1}{3}") == 1.0
+
+
 @pytest.mark.parametrize(
     "s", ["\\frac{3}{4}", "x^2 = 4", "\\{1,2\\}", "(1,2]", "\\text{(C)}", "+1,000", "\\infty"]
 )
@@ -261,21 +313,23 @@ def test_hostile_corpus_pool(pool2):
     assert pool2.score(["\\boxed{\\frac{2}{4}}"], ["0.5"]) == [1.0]  # still healthy afterwards
 
 
-def test_pool_kills_a_hung_worker(monkeypatch):
-    """A hang no signal can interrupt (SIGALRM blocked, via the test hook) → killed at timeout_s, scored 0."""
+@pytest.mark.parametrize("workers", [1, 2])
+def test_pool_kills_a_hung_worker(monkeypatch, workers):
+    """A hang no signal can interrupt (SIGALRM blocked, via the test hook) → killed at timeout_s, scored 0.
+    With one worker the rest of the batch waits for the replacement; with two the other worker carries on."""
     monkeypatch.setenv("HACPO_REWARD_HANG_FOR_TESTS", "HANG")
-    with Scorer(workers=1, timeout_s=1.0) as s:
-        s.score(["\\boxed{\\frac{1}{2}}"], ["0.5"])
+    with Scorer(workers=workers, timeout_s=1.0) as s:
+        assert s.wait_ready()
         t = time.perf_counter()
-        responses = ["\\boxed{HANG}", "\\boxed{\\frac{3}{6}}", "\\boxed{x+1}"]
-        d = s.score_detailed(responses, ["0.5", "0.5", "1+x"])
+        responses = ["\\boxed{HANG}", "\\boxed{\\sqrt{8}}", "\\boxed{x+1}"]
+        d = s.score_detailed(responses, ["0.5", "2\\sqrt{2}", "1+x"])
         elapsed = time.perf_counter() - t
         assert [(x["correct"], x["method"]) for x in d] == [
             (False, "killed"),
             (True, "math_verify"),
             (True, "math_verify"),
         ]
-        assert elapsed < 1.0 + PER_ITEM_LIMIT_S  # the hang (1 s) + the replacement's start + two items
+        assert elapsed < (1.0 + 5.0 if workers == 1 else 1.0 + 1.0)  # the hang (1 s) [+ a worker start]
         assert s.pool_kills == 1
         assert s.score(["\\boxed{\\sqrt{4}}"], ["2"]) == [1.0]
 
@@ -284,8 +338,13 @@ def test_pool_survives_a_dead_worker(pool2):
     victim = pool2._pool._workers[0].proc
     victim.kill()
     victim.wait()
-    golds = ["0.5", "\\frac{1}{3}", "2", "\\pi"]
-    responses = ["\\boxed{\\frac{1}{2}}", "\\boxed{\\frac{2}{6}}", "\\boxed{\\sqrt{4}}", "\\boxed{\\pi}"]
+    golds = ["\\frac{\\sqrt{2}}{2}", "\\sqrt{12}", "2", "\\pi/2"]
+    responses = [
+        "\\boxed{\\frac{1}{\\sqrt{2}}}",
+        "\\boxed{2\\sqrt{3}}",
+        "\\boxed{\\sqrt{4}}",
+        "\\boxed{\\frac{\\pi}{2}}",
+    ]
     assert pool2.score(responses, golds) == [1.0, 1.0, 1.0, 1.0]
 
 
@@ -294,11 +353,19 @@ def test_pool_survives_a_dead_worker(pool2):
 
 def test_scorer_batch_fast_path_and_cache():
     with Scorer(workers=0) as s:
-        responses = ["\\boxed{5}", "\\boxed{\\frac{1}{2}}", "5", "\\boxed{\\frac{1}{2}}", "\\boxed{6}"]
-        golds = ["5", "0.5", "5", "0.5", "5"]
-        assert s.score(responses, golds) == [1.0, 1.0, 0.0, 1.0, 0.0]
+        responses = [
+            "\\boxed{5}",
+            "\\boxed{\\sqrt{8}}",
+            "5",
+            "\\boxed{\\sqrt{8}}",
+            "\\boxed{6}",
+            "\\boxed{0.5}",
+        ]
+        golds = ["5", "2\\sqrt{2}", "5", "2\\sqrt{2}", "5", "\\frac{1}{2}"]
+        assert s.score(responses, golds) == [1.0, 1.0, 0.0, 1.0, 0.0, 1.0]
         assert s.stats.get("math_verify") == 1  # the duplicate pair was scored once
-        assert s.score(["\\boxed{\\frac{1}{2}}"], ["0.5"]) == [1.0]
+        assert s.stats.get("rational") == 1
+        assert s.score(["\\boxed{\\sqrt{8}}"], ["2\\sqrt{2}"]) == [1.0]
         assert s.stats.get("cache") == 1
         with pytest.raises(ValueError):
             s.score(["a"], [])
@@ -324,8 +391,8 @@ def test_pool_results_match_in_process(pool2):
 
 
 def test_worker_thread_falls_back_to_pool():
-    responses = ["\\boxed{\\frac{1}{2}}", "\\boxed{\\frac{1}{3}}", "\\boxed{7}", "\\boxed{\\sqrt{8}}"]
-    golds = ["0.5", "0.5", "7", "2\\sqrt{2}"]
+    responses = ["\\boxed{\\frac{1}{2}}", "\\boxed{\\sqrt{3}}", "\\boxed{7}", "\\boxed{\\sqrt{8}}"]
+    golds = ["0.5", "\\sqrt 2", "7", "2\\sqrt{2}"]
     out: dict = {}
 
     def work():
@@ -366,6 +433,40 @@ def test_in_process_restores_outer_alarm():
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def test_swallowed_interrupt_counts_as_timeout():
+    """A library that eats the deadline exception (bare ``except:``) must not produce an "ok" verdict."""
+
+    def swallow():
+        try:
+            time.sleep(0.3)
+        except BaseException:
+            pass
+        return True, "math_verify"
+
+    t = time.perf_counter()
+    assert reward._call_with_deadline(swallow, 0.05) == ("timeout", None)
+    assert time.perf_counter() - t < 0.3  # the sleep was interrupted
+    time.sleep(0.15)  # and nothing fires after the call returned
+    assert reward._call_with_deadline(lambda: 42, 1.0) == ("ok", 42)
+
+
+def test_deadline_never_aborts_an_import(tmp_path, monkeypatch):
+    """An import cut half-way leaves a broken module behind; the deadline waits for the import to finish."""
+    (tmp_path / "hacpo_slow_import_probe.py").write_text("import time\ntime.sleep(0.3)\nDONE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def load():
+        import hacpo_slow_import_probe
+
+        return hacpo_slow_import_probe.DONE
+
+    try:
+        assert reward._call_with_deadline(load, 0.05) == ("timeout", None)
+        assert sys.modules["hacpo_slow_import_probe"].DONE is True
+    finally:
+        sys.modules.pop("hacpo_slow_import_probe", None)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
