@@ -167,7 +167,7 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path, toy_data, small_agent
     train(cfg)
 
     def strip_time(rows):
-        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+        return [{k: v for k, v in r.items() if not k.startswith(("time/", "mem/"))} for r in rows]
 
     a = strip_time(MetricsLog(tmp_path / "ref/hacpo/metrics.jsonl").read())
     b = strip_time(MetricsLog(tmp_path / "killed/hacpo/metrics.jsonl").read())
@@ -222,3 +222,36 @@ def test_missing_files_are_named(tmp_path):
     )
     with pytest.raises(ValueError, match="train_file 'nope.jsonl' does not exist.*not a Hugging Face model"):
         LocalTrainer(cfg)
+
+
+def test_paper_prompt_wording_with_variable_length_prompts(tmp_path, small_agent, other_agent):
+    """Word problems in the paper's wording: prompts differ in length (left padding through generation,
+    the shared-prompt forward and the update) and cross rows are re-tokenised between tokenizers."""
+    from hacpo.data.synthetic import make_splits, write_jsonl
+
+    splits = make_splits(["word"], seed=0, n_test=8, n_dev=4, n_train=64)
+    write_jsonl(tmp_path / "train.jsonl", splits["train"])
+    write_jsonl(tmp_path / "test.jsonl", splits["test"])
+    cfg = _cfg(
+        tmp_path,
+        [("llama", small_agent), ("qwen", other_agent)],
+        "hacpo",
+        data=tmp_path,
+        steps=1,
+        prompt_style="paper",
+        max_new_tokens=24,
+        val_size=8,
+    )
+    trainer = LocalTrainer(cfg)
+    ids, mask = trainer.agents[0].prompt_ids(trainer.problems[:4], "paper", "cpu")
+    assert not bool(mask.all())  # genuinely left-padded
+    text = trainer.agents[0].tok.decode(ids[0][mask[0]])
+    assert "Let's think step by step and output the final answer within \\boxed{}." in text
+    row = trainer.train_step(0)
+    for name in ("llama", "qwen"):
+        assert row[f"{name}/updates"] == 4
+        assert row[f"{name}/s_homo_mean"] == pytest.approx(1.0, abs=2e-2)
+        # Untrained on this text, either agent may find the other's answer more or less likely than its
+        # generator did; what must hold is a finite ratio and a valid in-bounds fraction.
+        assert 0.0 < row[f"{name}/s_hete_min"] <= row[f"{name}/s_hete_mean"] <= row[f"{name}/s_hete_max"]
+        assert 0.0 <= row[f"{name}/cross_in_bounds_frac"] <= 1.0

@@ -550,6 +550,11 @@ class LocalTrainer:
             logs = self._update(k, per_learner[k], problems, step)
             row.update({f"{agent.name}/{key}": v for key, v in aggregate(logs).items()})
         row["time/step_s"] = time.perf_counter() - t_step
+        gen_s = self.phase["generate"] - phase0.get("generate", 0.0)
+        row["time/tokens_per_s"] = sum(float(r.mask.sum()) for r in rolls) / max(gen_s, 1e-9)
+        row["mem/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        if self.device.type == "cuda":
+            row["mem/peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
         for name, total in self.phase.items():
             row[f"time/{name}_s"] = total - phase0.get(name, 0.0)
         return row
