@@ -19,6 +19,18 @@ class Generation:
     mask: torch.Tensor  # [B, T] bool, response tokens including the EOS
 
 
+def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-pad token lists to ``[B, width]``; returns ``(ids, mask)`` with mask True on real tokens."""
+    width = max(1, max((len(r) for r in rows), default=1))
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.bool)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = True
+    return ids, mask
+
+
 def _cache_kwarg(model) -> str:
     """Newer transformers 5.x call ``past_key_values`` ``cache``; older 5.x releases know only the former."""
     import inspect

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hacpo.agents.lm import generate
+from hacpo.agents.lm import generate, left_pad
 from hacpo.agents.models import AgentArch, build_model, param_count
 from hacpo.agents.retokenize import response_text
 from hacpo.agents.tokenizers import build_tokenizer, tokenizer_fingerprint
@@ -120,21 +120,10 @@ def answer_ids(tokenizer, problem: Problem, style: str) -> list[int]:
     ]
 
 
-def _left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.bool)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = True
-    return ids, mask
-
-
 def sft_batch(prompts: list[list[int]], answers: list[list[int]], pad_id: int) -> dict:
     """``input_ids`` = left-padded prompts + right-padded answers; ``labels`` = answer ids, -100 elsewhere;
     ``attention_mask``/``position_ids`` only when prompt lengths differ (else None)."""
-    p_ids, p_mask = _left_pad(prompts, pad_id)
+    p_ids, p_mask = left_pad(prompts, pad_id)
     a_len = max(len(a) for a in answers)
     a_ids = torch.full((len(answers), a_len), pad_id, dtype=torch.long)
     labels = torch.full((len(answers), a_len), -100, dtype=torch.long)
@@ -229,7 +218,7 @@ def greedy_responses(
     try:
         for s in range(0, len(order), batch_size):
             idx = order[s : s + batch_size]
-            ids, mask = _left_pad([prompts[i] for i in idx], tokenizer.pad_token_id)
+            ids, mask = left_pad([prompts[i] for i in idx], tokenizer.pad_token_id)
             gen = generate(
                 model,
                 ids,

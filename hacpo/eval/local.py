@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hacpo.agents.lm import generate
+from hacpo.agents.lm import generate, left_pad
 from hacpo.agents.retokenize import response_text
 from hacpo.data.synthetic import as_problem, user_message
 
@@ -42,12 +42,7 @@ class LocalGenerator:
             chunk = problems[start : start + batch_size]
             seqs = [self.render(p, sampling.prompt_style) for p in chunk]
             seqs = [s for s in seqs for _ in range(sampling.k)]
-            width = max(len(s) for s in seqs)
-            ids = torch.full((len(seqs), width), self.pad, dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.bool)
-            for i, s in enumerate(seqs):
-                ids[i, width - len(s) :] = torch.tensor(s)
-                mask[i, width - len(s) :] = True
+            ids, mask = left_pad(seqs, self.pad)
             res = generate(
                 self.model,
                 ids.to(self.device),

@@ -28,8 +28,9 @@ from pathlib import Path
 
 import torch
 
-from hacpo.agents.lm import generate, token_logprobs_shared_prompt
+from hacpo.agents.lm import generate, left_pad, token_logprobs_shared_prompt
 from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
+from hacpo.agents.warmup import greedy_responses
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
@@ -95,12 +96,7 @@ class Agent:
                 ids = self.tok(text, add_special_tokens=False)["input_ids"]
                 self.prompt_cache[p["id"]] = ids
             seqs.append(ids)
-        width = max(len(s) for s in seqs)
-        ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.bool)
-        for i, s in enumerate(seqs):
-            ids[i, width - len(s) :] = torch.tensor(s)
-            mask[i, width - len(s) :] = True
+        ids, mask = left_pad(seqs, self.pad_id)
         return ids.to(device), mask.to(device)
 
 
@@ -467,7 +463,7 @@ class LocalTrainer:
         t0 = time.perf_counter()
         accs = {}
         for agent in self.agents:
-            accs[agent.name] = greedy_accuracy(agent, self.val, self.cfg, self.scorer, self.device)
+            accs[agent.name] = greedy_accuracy(agent, self.val, self.cfg, self.scorer)
             self.validation.append(
                 {"step": step, "agent": agent.name, "acc": accs[agent.name], "n": len(self.val)}
             )
@@ -597,28 +593,11 @@ def aggregate(logs: list[dict]) -> dict[str, float]:
     return out
 
 
-@torch.no_grad()
-def greedy_accuracy(
-    agent: Agent, problems: list[dict], cfg: TrainConfig, scorer: Scorer, device, batch=500
-) -> float:
-    correct = 0.0
-    agent.model.eval()
-    for i in range(0, len(problems), batch):
-        chunk = problems[i : i + batch]
-        ids, mask = agent.prompt_ids(chunk, cfg.prompt_style, device)
-        out = generate(
-            agent.model,
-            ids,
-            cfg.max_new_tokens,
-            eos_id=agent.eos_id,
-            pad_id=agent.pad_id,
-            prompt_mask=mask,
-            greedy=True,
-        )
-        texts = [response_text(agent.tok, row) for row in out.tokens.cpu()]
-        correct += sum(scorer.score(texts, [p["answer"] for p in chunk]))
-    agent.model.train()
-    return correct / len(problems)
+def greedy_accuracy(agent: Agent, problems: list[dict], cfg: TrainConfig, scorer: Scorer) -> float:
+    """Greedy accuracy scored by the training reward (math-verify), for the validation curve."""
+    items = [as_problem(p) for p in problems]
+    texts = greedy_responses(agent.model, agent.tok, items, cfg.prompt_style, cfg.max_new_tokens)
+    return sum(scorer.score(texts, [p.answer for p in items])) / len(items)
 
 
 def train(cfg: TrainConfig) -> dict:
