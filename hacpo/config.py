@@ -59,6 +59,7 @@ class TrainConfig(BaseModel):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
     old_logp: Literal["auto", "sampler", "forward"] = "auto"  # sampler log-probs are exact at T=1, top_p=1
+    skip_dead_rows: bool = True  # exact: no backward for cross rows whose clamp gives zero gradient
 
     val_every: int = Field(10, ge=0)  # 0: validate only before and after training
     val_size: int = Field(1000, ge=0)

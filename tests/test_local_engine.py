@@ -102,7 +102,8 @@ def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
 
     def spy(batch, spec, m=0):
         loss, metrics = real(batch, spec, m)
-        seen.append((m, batch.is_own.clone(), batch.omega.clone(), spec, metrics))
+        if batch.n_total is None:  # the full mini-batch (not the backward-only subset of live rows)
+            seen.append((m, batch.is_own.clone(), batch.omega.clone(), spec, metrics))
         return loss, metrics
 
     monkeypatch.setattr(tr, "policy_loss", spy)
@@ -255,3 +256,31 @@ def test_paper_prompt_wording_with_variable_length_prompts(tmp_path, small_agent
         # generator did; what must hold is a finite ratio and a valid in-bounds fraction.
         assert 0.0 < row[f"{name}/s_hete_min"] <= row[f"{name}/s_hete_mean"] <= row[f"{name}/s_hete_max"]
         assert 0.0 <= row[f"{name}/cross_in_bounds_frac"] <= 1.0
+
+
+def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agent):
+    """Leaving zero-gradient cross rows out of the backward changes neither the update nor the metrics."""
+    from transformers import AutoModelForCausalLM
+
+    agents = [("llama", small_agent), ("qwen", other_agent)]
+    runs = {}
+    for skip in (True, False):
+        cfg = _cfg(tmp_path / str(skip), agents, "hacpo", data=toy_data, steps=2, skip_dead_rows=skip)
+        train(cfg)
+        runs[skip] = MetricsLog(tmp_path / str(skip) / "hacpo" / "metrics.jsonl").read()
+    a, b = runs[True], runs[False]
+    assert any(r["llama/backward_rows_frac"] < 1.0 for r in a)  # rows were really skipped
+    for ra, rb in zip(a, b, strict=True):
+        for key, vb in rb.items():
+            if key.startswith(("time/", "mem/")) or not isinstance(vb, float):
+                continue
+            assert ra[key] == pytest.approx(vb, rel=1e-4, abs=1e-5), key
+    for name in ("llama", "qwen"):
+        wa = AutoModelForCausalLM.from_pretrained(
+            tmp_path / "True/hacpo/checkpoints" / name / "step-2"
+        ).state_dict()
+        wb = AutoModelForCausalLM.from_pretrained(
+            tmp_path / "False/hacpo/checkpoints" / name / "step-2"
+        ).state_dict()
+        for k in wa:
+            assert torch.allclose(wa[k], wb[k], atol=1e-6), k

@@ -38,7 +38,9 @@ from hacpo.algo import (
     group_by_prompt,
     joint_advantages,
     policy_loss,
+    rows_with_gradient,
     seq_mean_logp,
+    sequence_log_ratio,
 )
 from hacpo.config import TrainConfig
 from hacpo.data.synthetic import as_problem, user_message
@@ -423,17 +425,9 @@ class LocalTrainer:
                 width = max(1, int(resp_mask.sum(1).max()))
                 resp = rows.response[idx, :width]
                 resp_mask = resp_mask[:, :width]
-                prompts, pi = torch.unique(rows.prompt_index[idx], return_inverse=True)
-                logp = token_logprobs_shared_prompt(
-                    learner.model,
-                    p_ids[prompts].to(self.device),
-                    pi.to(self.device),
-                    resp.to(self.device),
-                    p_mask[prompts].to(self.device),
-                )
                 dev = self.device
                 batch = MiniBatch(
-                    logp=logp,
+                    logp=torch.empty(0),
                     mask=resp_mask.to(dev),
                     adv=rows.adv[idx].to(dev),
                     old_mean_logp=rows.old_mean_logp[idx].to(dev),
@@ -442,7 +436,9 @@ class LocalTrainer:
                     old_logp=rows.old_logp[idx, :width].to(dev),
                     ref_logp=rows.ref_logp[idx, :width].to(dev),
                 )
-                loss, metrics = policy_loss(batch, self.spec, m)
+                loss, metrics = self._minibatch_loss(
+                    learner, batch, rows.prompt_index[idx], resp, p_ids, p_mask, m
+                )
                 learner.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 metrics["grad_norm"] = float(
@@ -454,6 +450,65 @@ class LocalTrainer:
                 m += 1
         self.phase["update"] += time.perf_counter() - t0
         return logs
+
+    def _logp(self, learner: Agent, prompt_index, resp, p_ids, p_mask) -> torch.Tensor:
+        prompts, pi = torch.unique(prompt_index, return_inverse=True)
+        dev = self.device
+        return token_logprobs_shared_prompt(
+            learner.model, p_ids[prompts].to(dev), pi.to(dev), resp.to(dev), p_mask[prompts].to(dev)
+        )
+
+    def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
+        """Loss of one mini-batch. With ``skip_dead_rows``, HACPO cross rows whose clamp gives zero gradient
+        (found by a no-grad forward over the cross rows) are left out of the backward; the loss still divides
+        by the full N_m, and the logged metrics come from all rows, so the update is unchanged (exact)."""
+        cross = ~batch.own_rows()
+        skip = (
+            self.cfg.skip_dead_rows
+            and self.spec.kind == "hacpo"
+            and self.spec.cross_clip != "none"
+            and bool(cross.any())
+        )
+        if not skip:
+            batch.logp = self._logp(learner, prompt_index, resp, p_ids, p_mask)
+            return policy_loss(batch, self.spec, m)
+        cross_rows = torch.nonzero(cross).flatten()
+        with torch.no_grad():
+            logp_cross = self._logp(
+                learner, prompt_index[cross_rows.cpu()], resp[cross_rows.cpu()], p_ids, p_mask
+            )
+        s = torch.exp(
+            sequence_log_ratio(
+                seq_mean_logp(logp_cross, batch.mask[cross_rows]),
+                batch.old_mean_logp[cross_rows],
+                self.spec.log_ratio_guard,
+            )
+        )
+        s_all = torch.ones_like(batch.adv)
+        s_all[cross_rows] = s.to(s_all.dtype)
+        live = rows_with_gradient(batch, self.spec, m, s_all) | ~cross
+        live_rows = torch.nonzero(live).flatten()
+        logp_live = self._logp(learner, prompt_index[live_rows.cpu()], resp[live_rows.cpu()], p_ids, p_mask)
+        sub = MiniBatch(
+            logp=logp_live,
+            mask=batch.mask[live_rows],
+            adv=batch.adv[live_rows],
+            old_mean_logp=batch.old_mean_logp[live_rows],
+            is_own=batch.is_own[live_rows],
+            omega=batch.omega[live_rows],
+            old_logp=batch.old_logp[live_rows],
+            ref_logp=batch.ref_logp[live_rows],
+            n_total=len(live),
+        )
+        loss, _ = policy_loss(sub, self.spec, m)
+        full = torch.zeros_like(batch.mask, dtype=logp_live.dtype)
+        full[cross_rows] = logp_cross
+        own_in_live = ~cross[live_rows]
+        full[live_rows[own_in_live]] = logp_live.detach()[own_in_live]
+        batch.logp = full
+        _, metrics = policy_loss(batch, self.spec, m)  # exact metrics over all rows, no model call
+        metrics["backward_rows_frac"] = len(live_rows) / len(live)
+        return loss, metrics
 
     # ----------------------------------------------------------------------------- validation
     @torch.no_grad()
