@@ -1,0 +1,29 @@
+"""The Snakefile resolves and lints (the full DAG of issue 4 will extend these checks)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = shutil.which("snakemake") or "snakemake"  # a core dependency of hacpo
+
+
+def test_dry_run_resolves_the_default_target(tmp_path):
+    out = subprocess.run(
+        [
+            SNAKEMAKE,
+            "-n",
+            "--snakefile",
+            str(ROOT / "Snakefile"),
+            "--directory",
+            str(tmp_path),
+            "--quiet",
+            "rules",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "demo" in out.stdout and "all" in out.stdout
