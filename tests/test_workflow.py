@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = shutil.which("snakemake") or "snakemake"  # a core dependency of hacpo
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]  # a core dependency, in the same environment as pytest
 
 
 def test_dry_run_resolves_the_default_target(tmp_path):
