@@ -13,7 +13,7 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]  # a core dependency, in the sam
 def test_dry_run_resolves_the_default_target(tmp_path):
     out = subprocess.run(
         [
-            SNAKEMAKE,
+            *SNAKEMAKE,
             "-n",
             "--snakefile",
             str(ROOT / "Snakefile"),
