@@ -62,9 +62,9 @@ class _AtomicDir:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return False
-        if self.final.exists():
-            old = self.final.with_name(f".{self.final.name}.old")
-            shutil.rmtree(old, ignore_errors=True)
+        if self.final.exists():  # unique name: concurrent writers of the same directory never collide
+            old = Path(tempfile.mkdtemp(dir=self.final.parent, prefix=f".{self.final.name}.", suffix=".old"))
+            os.rmdir(old)
             os.replace(self.final, old)
             os.replace(self.tmp, self.final)
             shutil.rmtree(old, ignore_errors=True)

@@ -16,9 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from hacpo.agents.models import AgentArch, build_model, param_count
 from hacpo.agents.retokenize import response_text
 from hacpo.agents.tokenizers import build_tokenizer, tokenizer_fingerprint
 from hacpo.data.synthetic import Problem, solution_text, user_message
+from hacpo.runio import atomic_dir, atomic_write_json
 
 AGENT_JSON = "agent.json"
 
@@ -256,12 +255,6 @@ def _read_meta(out_dir: Path) -> dict | None:
         return None
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    tmp.write_text(json.dumps(obj, indent=1) + "\n")
-    os.replace(tmp, path)
-
-
 def build_agent(spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, list[Problem]]) -> dict:
     """Build tokenizer + model, run SFT, save both and ``agent.json`` to ``out_dir``; returns the metadata
     (plus ``"path"`` and ``"cached"``). Cached on (spec hash, data digest). Deterministic in ``spec.seed``
@@ -359,23 +352,10 @@ def build_agent(spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, 
 
 
 def _save_atomically(out_dir: Path, model, tok, meta: dict) -> None:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp = out_dir.parent / f".{out_dir.name}.tmp-{tag}"
-    try:
+    with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        _write_json(tmp / AGENT_JSON, meta)  # last: its presence marks a complete directory
-        old = None
-        if out_dir.exists():
-            old = out_dir.parent / f".{out_dir.name}.old-{tag}"
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        atomic_write_json(tmp / AGENT_JSON, meta)  # last: its presence marks a complete directory
 
 
 def load_spec_file(spec: str | os.PathLike) -> WarmupSpec:

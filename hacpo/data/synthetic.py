@@ -25,12 +25,13 @@ import json
 import os
 import random
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from math import lcm
 from pathlib import Path
+
+from hacpo.runio import atomic_write_text
 
 STYLES = ("compact", "paper")
 PAPER_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."
@@ -399,19 +400,10 @@ def solution_text(problem: Problem, style: str) -> str:
 def write_jsonl(path: str | os.PathLike, rows: Iterable[Problem | dict]) -> Path:
     """Write one JSON object per line atomically (temp file in the same directory, then ``os.replace``)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            for r in rows:
-                d = r.to_dict() if isinstance(r, Problem) else r
-                f.write(json.dumps(d, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    lines = (
+        json.dumps(r.to_dict() if isinstance(r, Problem) else r, ensure_ascii=False) + "\n" for r in rows
+    )
+    atomic_write_text(path, "".join(lines))
     return path
 
 
