@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from hacpo.agents.lm import response_mask
 from hacpo.agents.tokenizers import tokenizer_fingerprint
 
 CROSS_EOS = ("strip", "keep_text")
@@ -64,11 +65,9 @@ def source_logp_mask(tokens: torch.Tensor, eos_id: int, cross_eos: str = "strip"
     excludes the EOS (the generation mask includes it); ``keep_text`` keeps it.
     """
     _check_mode(cross_eos)
-    is_eos = (tokens == eos_id).long()
-    before = is_eos.cumsum(-1) - is_eos  # EOS count strictly before each position
-    mask = before == 0
+    mask = response_mask(tokens, eos_id)
     if cross_eos == "strip":
-        mask = mask & (is_eos == 0)
+        mask = mask & (tokens != eos_id)
     return mask
 
 

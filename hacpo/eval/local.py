@@ -6,7 +6,8 @@ import torch
 
 from hacpo.agents.lm import generate, left_pad
 from hacpo.agents.retokenize import response_text
-from hacpo.data.synthetic import as_problem, user_message
+from hacpo.agents.warmup import prompt_ids
+from hacpo.data.synthetic import as_problem
 
 
 class LocalGenerator:
@@ -26,23 +27,15 @@ class LocalGenerator:
         self.eos = self.tok.eos_token_id
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos
 
-    def render(self, problem: dict, style: str) -> list[int]:
-        text = self.tok.apply_chat_template(
-            [{"role": "user", "content": user_message(as_problem(problem), style)}],
-            add_generation_prompt=True,
-            tokenize=False,
-        )
-        return self.tok(text, add_special_tokens=False)["input_ids"]
-
     @torch.no_grad()
     def generate(self, problems: list[dict], sampling, batch_size: int = 256) -> list[list[str]]:
         gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
         out: list[list[str]] = []
         for start in range(0, len(problems), batch_size):
             chunk = problems[start : start + batch_size]
-            seqs = [self.render(p, sampling.prompt_style) for p in chunk]
-            seqs = [s for s in seqs for _ in range(sampling.k)]
+            seqs = [prompt_ids(self.tok, as_problem(p), sampling.prompt_style) for p in chunk]
             ids, mask = left_pad(seqs, self.pad)
+            rows = torch.arange(len(chunk), device=self.device).repeat_interleave(sampling.k)
             res = generate(
                 self.model,
                 ids.to(self.device),
@@ -54,6 +47,7 @@ class LocalGenerator:
                 top_p=sampling.top_p,
                 greedy=sampling.greedy,
                 generator=gen,
+                prompt_index=rows,  # the k samples of a problem share one prefill
             )
             texts = [response_text(self.tok, row) for row in res.tokens.cpu()]
             out.extend(texts[i : i + sampling.k] for i in range(0, len(texts), sampling.k))

@@ -30,7 +30,7 @@ import torch
 
 from hacpo.agents.lm import generate, left_pad, token_logprobs_shared_prompt
 from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
-from hacpo.agents.warmup import greedy_responses
+from hacpo.agents.warmup import greedy_responses, prompt_ids
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
@@ -43,7 +43,7 @@ from hacpo.algo import (
     sequence_log_ratio,
 )
 from hacpo.config import TrainConfig
-from hacpo.data.synthetic import as_problem, user_message
+from hacpo.data.synthetic import as_problem
 from hacpo.reward import Scorer
 from hacpo.runio import MetricsLog, atomic_dir, atomic_write_json, checkpoint_steps, read_json, versions
 
@@ -90,13 +90,7 @@ class Agent:
         for p in problems:
             ids = self.prompt_cache.get(p["id"])
             if ids is None:
-                text = self.tok.apply_chat_template(
-                    [{"role": "user", "content": user_message(as_problem(p), style)}],
-                    add_generation_prompt=True,
-                    tokenize=False,
-                )
-                ids = self.tok(text, add_special_tokens=False)["input_ids"]
-                self.prompt_cache[p["id"]] = ids
+                ids = self.prompt_cache[p["id"]] = prompt_ids(self.tok, as_problem(p), style)
             seqs.append(ids)
         ids, mask = left_pad(seqs, self.pad_id)
         return ids.to(device), mask.to(device)
