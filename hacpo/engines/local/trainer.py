@@ -332,63 +332,56 @@ class LocalTrainer:
         )
 
     # ----------------------------------------------------------------------------- stage 3
-    def _rows_for(self, k: int, rolls: list[Rollouts], omegas: torch.Tensor, problems: list[dict]) -> Rows:
+    def _rows_for(self, k: int, rolls: list[Rollouts], omegas: torch.Tensor) -> Rows:
         """Own rows of learner k plus (joint methods) every other agent's rows re-tokenised for k."""
         learner = self.agents[k]
-        sources = range(len(self.agents)) if self.method.joint else [k]
-        responses, masks, own, old_mean, omega, prompt_index, old_logp, ref_logp, agent_of = (
-            [] for _ in range(9)
-        )
-        width = self.cfg.max_new_tokens
-        for j in sources:
+        sources = list(range(len(self.agents))) if self.method.joint else [k]
+        parts = []
+        for pos, j in enumerate(sources):
             r = rolls[j]
             n = len(r.texts)
-            if j == k or self.same_tok[j][k]:  # identical tokenizer: reuse the ids (§4)
+            if j == k or self.same_tok[j][k]:  # identical tokenizer: reuse the ids, EOS included (§4)
                 resp, m = r.tokens.cpu(), r.mask.cpu()
-                mean_src = seq_mean_logp(r.logp, r.mask).cpu() if j != k else None
-            else:
-                seqs = retokenize(r.texts, learner.tok, width)
-                resp, m = _pad_rows(seqs, learner.pad_id)
-                mean_src = r.src_mean_logp.cpu()
-            if j == k:
                 mean_src = seq_mean_logp(r.logp, r.mask).cpu()
-            responses.append(resp)
-            masks.append(m)
-            own.append(torch.full((n,), j == k))
-            old_mean.append(mean_src)
-            omega.append(torch.full((n,), float(omegas[j, k]) if j != k else 1.0, dtype=torch.float64))
-            prompt_index.append(r.prompt_index)
-            agent_of.append(torch.full((n,), j))
-            z = torch.zeros_like(resp, dtype=torch.float32)
-            old_logp.append(r.logp.cpu() if j == k else z)
-            ref_logp.append(r.ref_logp.cpu() if (j == k and r.ref_logp is not None) else z)
-        width = max(x.shape[1] for x in responses)
-        padded = [
-            torch.nn.functional.pad(x, (0, width - x.shape[1]), value=learner.pad_id) for x in responses
-        ]
-        masks = [torch.nn.functional.pad(x, (0, width - x.shape[1]), value=False) for x in masks]
-        pad0 = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in old_logp]
-        pad1 = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in ref_logp]
-        prompt_index = torch.cat(prompt_index)
-        agent_of = torch.cat(agent_of)
-        adv = self._advantages(k, rolls, sources, prompt_index, agent_of, omegas)
-        return Rows(
-            prompt_index=prompt_index,
-            response=torch.cat(padded),
-            mask=torch.cat(masks),
-            is_own=torch.cat(own),
-            old_mean_logp=torch.cat(old_mean),
-            adv=adv,
-            omega=torch.cat(omega),
-            old_logp=torch.cat(pad0),
-            ref_logp=torch.cat(pad1),
-        )
+            else:
+                resp, m = _pad_rows(retokenize(r.texts, learner.tok, self.cfg.max_new_tokens), learner.pad_id)
+                mean_src = r.src_mean_logp.cpu()
+            zeros = torch.zeros_like(resp, dtype=torch.float32)
+            own = j == k
+            parts.append(
+                dict(
+                    response=resp,
+                    mask=m,
+                    is_own=torch.full((n,), own),
+                    old_mean_logp=mean_src,
+                    omega=torch.full((n,), 1.0 if own else float(omegas[j, k]), dtype=torch.float64),
+                    prompt_index=r.prompt_index,
+                    source=torch.full((n,), pos),
+                    old_logp=r.logp.cpu() if own else zeros,
+                    ref_logp=r.ref_logp.cpu() if (own and r.ref_logp is not None) else zeros,
+                )
+            )
+        width = max(p["response"].shape[1] for p in parts)
+        fill = {"response": learner.pad_id, "mask": False, "old_logp": 0.0, "ref_logp": 0.0}
+        cat = {
+            key: torch.cat(
+                [
+                    torch.nn.functional.pad(p[key], (0, width - p[key].shape[1]), value=fill[key])
+                    if key in fill
+                    else p[key]
+                    for p in parts
+                ]
+            )
+            for key in parts[0]
+        }
+        source = cat.pop("source")
+        cat["adv"] = self._advantages(k, rolls, sources, cat["prompt_index"], source, omegas)
+        return Rows(**cat)
 
-    def _advantages(self, k, rolls, sources, prompt_index, agent_of, omegas) -> torch.Tensor:
-        sources = list(sources)
+    def _advantages(self, k, rolls, sources: list[int], prompt_index, source, omegas) -> torch.Tensor:
+        """Per-prompt advantages of learner k; ``source`` is each row's position in ``sources``."""
         rewards = torch.cat([rolls[j].rewards for j in sources])
-        local_agent = torch.tensor([sources.index(int(a)) for a in agent_of])
-        index, _ = group_by_prompt(prompt_index, local_agent, len(sources))
+        index, _ = group_by_prompt(prompt_index, source, len(sources))
         grouped = rewards[index]  # [P, n, G]
         if self.method.joint:
             adv = joint_advantages(grouped, sources.index(k), omegas[k, sources], self.method.baseline)
@@ -589,7 +582,7 @@ class LocalTrainer:
         if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old":
             per_learner = [self._self_old_rows(k, rolls, omegas, problems) for k in range(len(self.agents))]
         else:
-            per_learner = [self._rows_for(k, rolls, omegas, problems) for k in range(len(self.agents))]
+            per_learner = [self._rows_for(k, rolls, omegas) for k in range(len(self.agents))]
         self.phase["retokenize"] += time.perf_counter() - t0
         for k, agent in enumerate(self.agents):
             logs = self._update(k, per_learner[k], problems, step)
@@ -607,21 +600,13 @@ class LocalTrainer:
     def _self_old_rows(self, k, rolls, omegas, problems) -> Rows:
         """Naive variant ``naive_cross_ratio: self_old``: cross denominators = the learner's own pre-update
         mean log-prob on the re-tokenised text (cross samples treated as on-policy, §2.5)."""
-        rows = self._rows_for(k, rolls, omegas, problems)
+        rows = self._rows_for(k, rolls, omegas)
         cross = torch.nonzero(~rows.is_own).flatten()
         if len(cross):
-            learner = self.agents[k]
-            p_ids, p_mask = learner.prompt_ids(problems, self.cfg.prompt_style, "cpu")
-            prompts, pi = torch.unique(rows.prompt_index[cross], return_inverse=True)
+            p_ids, p_mask = self.agents[k].prompt_ids(problems, self.cfg.prompt_style, "cpu")
             with torch.no_grad():
-                lp = token_logprobs_shared_prompt(
-                    learner.model,
-                    p_ids[prompts].to(self.device),
-                    pi.to(self.device),
-                    rows.response[cross].to(self.device),
-                    p_mask[prompts].to(self.device),
-                ).cpu()
-            rows.old_mean_logp[cross] = seq_mean_logp(lp, rows.mask[cross])
+                lp = self._logp(self.agents[k], rows.prompt_index[cross], rows.response[cross], p_ids, p_mask)
+            rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
 
 
