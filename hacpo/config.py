@@ -101,13 +101,12 @@ class TrainConfig(BaseModel):
         return self
 
     def resolved_method(self) -> Method:
-        name = self.method
-        if name == "gspo_updates_x2" and self.gspo_updates_x2_mode == "half_minibatch":
-            name = "gspo_updates_x2_half_minibatch"
-        method = get_method(name)
-        if method.loss == "naive":
-            method = get_method(name, naive_cross_ratio=self.naive_cross_ratio)
-        return method
+        # The mode keys refine the plain method names only; a named variant (e.g. naive_self_old) wins.
+        if self.method == "gspo_updates_x2" and self.gspo_updates_x2_mode == "half_minibatch":
+            return get_method("gspo_updates_x2_half_minibatch")
+        if self.method == "naive":
+            return get_method("naive", naive_cross_ratio=self.naive_cross_ratio)
+        return get_method(self.method)
 
     def loss_spec(self) -> LossSpec:
         return self.resolved_method().loss_spec(

@@ -37,6 +37,7 @@ def _cfg(tmp_path, agents, method, **kw):
 SINGLE = ["grpo", "gspo", "gspo_x2", "gspo_updates_x2"]
 JOINT = [
     "naive",
+    "naive_self_old",
     "hacpo",
     "hacpo_no_adv",
     "hacpo_no_omega",
@@ -284,3 +285,18 @@ def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agen
         ).state_dict()
         for k in wa:
             assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+def test_method_variants_resolve_from_config(tmp_path):
+    base = dict(agents=[{"name": "a", "path": "x"}, {"name": "b", "path": "y"}], train_file="t", out_dir="o")
+    assert (
+        load_train_config(dict(base, method="naive_self_old")).resolved_method().naive_cross_ratio
+        == "self_old"
+    )
+    cfg = load_train_config(dict(base, method="naive", naive_cross_ratio="self_old"))
+    assert cfg.resolved_method().naive_cross_ratio == "self_old"
+    assert load_train_config(dict(base, method="naive")).resolved_method().naive_cross_ratio == "source"
+    one = dict(
+        base, agents=base["agents"][:1], method="gspo_updates_x2", gspo_updates_x2_mode="half_minibatch"
+    )
+    assert load_train_config(one).resolved_method().minibatch_divisor == 2
