@@ -42,6 +42,11 @@ def build_agents(out: Path, names=PAIR) -> dict[str, Path]:
     return paths
 
 
+def run_name(method: str, agents: tuple[str, ...], seed: int) -> str:
+    """Run directory name: single-agent runs carry the agent, joint runs the method alone."""
+    return f"{method}-{agents[0]}-s{seed}" if len(agents) == 1 else f"{method}-s{seed}"
+
+
 def _train(cfg: dict) -> str:
     from hacpo.config import load_train_config
     from hacpo.engines.local import train
@@ -57,31 +62,18 @@ def run_demo(out: Path, seeds=(0,), steps: int = 30, workers: int = 2) -> str:
     common = dict(
         train_file=str(data / "train.jsonl"), val_file=str(data / "test.jsonl"), steps=steps, val_every=0
     )
-    jobs = []
-    for seed in seeds:
-        for method in SINGLE:
-            for name in PAIR:
-                agents_cfg = [{"name": name, "path": str(agents[name])}]
-                jobs.append(
-                    dict(
-                        common,
-                        method=method,
-                        seed=seed,
-                        agents=agents_cfg,
-                        out_dir=str(out / "runs" / f"{method}-{name}-s{seed}"),
-                    )
-                )
-        for method in JOINT:
-            agents_cfg = [{"name": n, "path": str(agents[n])} for n in PAIR]
-            jobs.append(
-                dict(
-                    common,
-                    method=method,
-                    seed=seed,
-                    agents=agents_cfg,
-                    out_dir=str(out / "runs" / f"{method}-s{seed}"),
-                )
-            )
+    runs = [(m, (name,)) for m in SINGLE for name in PAIR] + [(m, PAIR) for m in JOINT]
+    jobs = [
+        dict(
+            common,
+            method=method,
+            seed=seed,
+            agents=[{"name": n, "path": str(agents[n])} for n in names],
+            out_dir=str(out / "runs" / run_name(method, names, seed)),
+        )
+        for seed in seeds
+        for method, names in runs
+    ]
     with ProcessPoolExecutor(workers) as pool:
         for done in pool.map(_train, jobs):
             print(f"finished {done}", flush=True)
@@ -91,14 +83,14 @@ def run_demo(out: Path, seeds=(0,), steps: int = 30, workers: int = 2) -> str:
         return next(r["acc"] for r in rows if r["agent"] == agent and r["step"] == step)
 
     def mean_acc(method: str, name: str) -> float:
-        run = (lambda s: f"{method}-{name}-s{s}") if method in SINGLE else (lambda s: f"{method}-s{s}")
-        return statistics.mean(acc(run(s), name, steps) for s in seeds)
+        names = PAIR if method in JOINT else (name,)
+        return statistics.mean(acc(run_name(method, names, s), name, steps) for s in seeds)
 
     methods = [*SINGLE, *JOINT]
     lines = ["| agent | base | " + " | ".join(LABELS[m] for m in methods) + " | HACPO − GSPO |"]
     lines.append("|---" * (len(methods) + 3) + "|")
     for name in PAIR:
-        base = acc(f"gspo-{name}-s{seeds[0]}", name, 0)
+        base = acc(run_name("gspo", (name,), seeds[0]), name, 0)
         vals = {m: mean_acc(m, name) for m in methods}
         cells = " | ".join(f"{vals[m]:.3f}" for m in methods)
         lines.append(f"| {name} | {base:.3f} | {cells} | {100 * (vals['hacpo'] - vals['gspo']):+.1f} pts |")
