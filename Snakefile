@@ -1,22 +1,28 @@
-# hacpo reproduction pipeline — the single entry point.
-# Today it runs the toy demo (data → agents → GSPO/GSPO×2/Naive/HACPO → table); the full DAG of every
-# paper table and figure (issue 4) grows from here through workflow/rules/*.smk.
+# hacpo — regenerate every table and figure of the paper: `snakemake -c2` (toy scale, CPU, minutes);
+# the paper itself: `snakemake --configfile config/paper.yaml --workflow-profile profiles/slurm`.
+# Stages: data → agents → training → evaluation → tables/figures → `snakemake --report`.
 from snakemake.utils import min_version
 
 min_version("9.0")
 
 
+# Each config file is complete (not an overlay): `--configfile config/paper.yaml` replaces the default.
+if not config:
+
+    configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/eval.smk"
+include: "workflow/rules/report.smk"
+
+
 rule all:
+    default_target: True
     input:
-        "results/demo/table.md",
-
-
-rule demo:
-    output:
-        "results/demo/table.md",
-    log:
-        "results/logs/demo.log",
-    conda:
-        "envs/hacpo-cpu.yaml"
-    shell:
-        "hacpo demo --out results/demo > {log} 2>&1"
+        PIPE.final_targets(),

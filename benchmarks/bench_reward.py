@@ -12,6 +12,15 @@ tasks, 30% LaTeX answers such as ``\\frac{3}{4}``, ``2\\sqrt{3}``, ``\\pi/2``, a
               math-verify itself (worst case).
 
 Also scores a hostile corpus item by item and reports the maximum per-item wall latency.
+
+Real benchmark golds (only when the dataset files are present: ``--data-dir``, default ``../shared/data``
+next to the repository; skipped otherwise): every gold of the 8 registered datasets
+(:mod:`hacpo.data.registry`, 15,336 records) is scored two ways —
+
+- ``\\boxed{gold}`` vs gold through :meth:`Scorer.score` (the self-verification of the dataset tests; decided
+  by the exact-match fast path);
+- gold vs gold through math-verify itself, bypassing the fast paths (a benchmark-only call of the scorer's
+  internal ``_resolve``): does math-verify parse every gold and find it equal to itself?
 """
 
 from __future__ import annotations
@@ -25,7 +34,10 @@ from math import gcd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from hacpo.reward import Scorer  # noqa: E402
+from hacpo.reward import Scorer, _norm  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA_DIR = os.path.join(os.path.dirname(ROOT), "shared", "data")
 
 FILLER = (
     "Let us reason step by step. We first simplify the expression and then check the boundary cases. "
@@ -182,15 +194,69 @@ def bench_hostile(workers: int) -> tuple[float, str]:
     return worst, which
 
 
+def real_golds(data_dir: str) -> dict[str, list[tuple[str, str]]] | None:
+    """``{dataset: [(id, gold), ...]}`` from the real files in ``data_dir``; None if any file is missing."""
+    from hacpo.data.prepare import load_raw, normalise_rows
+    from hacpo.data.registry import get, names
+
+    out = {}
+    for name in names():
+        spec = get(name)
+        path = next(
+            (
+                os.path.join(data_dir, f)
+                for f in spec.local_file_names
+                if os.path.isfile(os.path.join(data_dir, f))
+            ),
+            None,
+        )
+        if path is None:
+            return None
+        rows, _ = load_raw(name, local_file=path, allow_download=False)
+        out[name] = [(r["id"], r["answer"]) for r in normalise_rows(spec, rows)]
+    return out
+
+
+def bench_real_golds(golds: dict[str, list[tuple[str, str]]], workers: int) -> None:
+    with Scorer(workers=workers, cache_size=0) as scorer:
+        scorer.wait_ready()
+        scorer.score(["\\boxed{\\sqrt{8}}"], ["2\\sqrt{2}"])
+        for name, items in golds.items():
+            gs = [g for _, g in items]
+            t = time.perf_counter()
+            boxed = scorer.score([f"The answer is $\\boxed{{{g}}}$." for g in gs], gs)
+            dt_boxed = time.perf_counter() - t
+            t = time.perf_counter()
+            mv = scorer._resolve([(_norm(g), _norm(g)) for g in gs])  # benchmark-only: math-verify directly
+            dt_mv = time.perf_counter() - t
+            bad = [i for (i, _), (ok, _) in zip(items, mv, strict=True) if not ok]
+            print(
+                f"real golds {name:10s} w={workers}: {len(gs):5d} items | boxed self-check "
+                f"{sum(boxed) / len(gs):.4f} at {len(gs) / dt_boxed:8.0f} items/s | math-verify gold≡gold "
+                f"{1 - len(bad) / len(gs):.4f} at {len(gs) / dt_mv:6.0f} items/s"
+                + (f" | failing: {', '.join(bad[:5])}" if bad else "")
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, default=8, help="batches of 512 responses per workload")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-hostile", action="store_true")
+    ap.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="folder with the real dataset files")
+    ap.add_argument("--only-real-golds", action="store_true", help="run only the real-golds case")
     args = ap.parse_args()
 
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    golds = real_golds(args.data_dir) if os.path.isdir(args.data_dir) else None
+    if golds is None:
+        print(f"real golds: skipped ({args.data_dir} does not hold the dataset files)")
+    else:
+        for w in [w for w in args.workers if w > 0] or [0]:
+            bench_real_golds(golds, w)
+    if args.only_real_golds:
+        return
     workloads = {
         "ints only": (lambda rng: int_batch(rng), None),
         "rl (cache on)": (lambda rng: rl_batch(rng), None),

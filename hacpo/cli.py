@@ -7,6 +7,7 @@ message naming the problem, before any model is built.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -54,15 +55,51 @@ def cmd_build_agent(args) -> int:
     return 0
 
 
+def _supersede(cfg) -> None:
+    """Workflow mode (``--marker``): the workflow asked for this run, so a finished run in ``out_dir`` or one
+    with another config is stale: move it aside (never delete); an interrupted same-config run resumes.
+    """
+    out = Path(cfg.out_dir)
+    run_json = out / "run.json"
+    if not run_json.is_file():
+        return
+    prev = json.loads(run_json.read_text())
+    if prev.get("status") != "complete" and prev.get("config_hash") == cfg.config_hash():
+        return
+    n = 1
+    while out.with_name(f"{out.name}.superseded-{n}").exists():
+        n += 1
+    out.rename(out.with_name(f"{out.name}.superseded-{n}"))
+    print(
+        f"moved the previous run to {out.name}.superseded-{n} (it was {prev.get('status')})", file=sys.stderr
+    )
+
+
 def cmd_train(args) -> int:
     from hacpo.config import load_train_config
-    from hacpo.engines.local import train
 
     cfg = load_train_config(args.config, **_parse_sets(args.set))
     if args.progress:
         cfg = cfg.model_copy(update={"progress": True})
+    if args.engine != "local":
+        raise ValueError(
+            f"engine {args.engine!r}: the OpenRLHF engine arrives with issue 6; run the CPU engine (local)"
+        )
+    from hacpo.engines.local import train
+    from hacpo.runio import atomic_write_json
+
+    if args.marker:
+        _supersede(cfg)
     run = train(cfg)
-    print(json.dumps({"status": run["status"], "step": run["step"], "out_dir": cfg.out_dir}))
+    summary = {
+        "status": run["status"],
+        "step": run["step"],
+        "out_dir": cfg.out_dir,
+        "config_hash": cfg.config_hash(),
+    }
+    if args.marker:
+        atomic_write_json(args.marker, summary)
+    print(json.dumps(summary))
     return 0
 
 
@@ -115,14 +152,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=cmd_data)
 
     b = sub.add_parser("build-agent", help="build a tiny local agent and warm it up by SFT (cached)")
-    b.add_argument("--spec", required=True, help="YAML file with the warm-up spec (see config/agents)")
-    b.add_argument("--data", required=True, help="directory with train.jsonl and dev.jsonl")
+    b.add_argument(
+        "--spec", required=True, help="warm-up spec: FILE, FILE:NAME (see config/agents) or inline JSON"
+    )
+    b.add_argument("--data", help="directory with train.jsonl and dev.jsonl")
+    b.add_argument("--train", help="SFT problems (JSONL); with --dev, instead of --data")
+    b.add_argument("--dev", help="dev problems (JSONL) for the stopping rule")
     b.add_argument("--out", required=True)
     b.add_argument("--threads", type=int, default=1)
     b.set_defaults(func=cmd_build_agent)
 
     t = sub.add_parser("train", help="train one run (resumes from its last checkpoint)")
-    t.add_argument("config", help="YAML run config (see hacpo.config.TrainConfig)")
+    t.add_argument("config", help="YAML/JSON run config file, or inline JSON (see hacpo.config.TrainConfig)")
+    t.add_argument("--engine", default="local", choices=["local", "openrlhf"])
+    t.add_argument(
+        "--marker", help="workflow mode: write this file when done; a stale run dir is moved aside"
+    )
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     t.add_argument("--progress", action="store_true")
     t.set_defaults(func=cmd_train)
@@ -149,10 +194,18 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seeds", type=int, nargs="+", default=[0])
     m.add_argument("--steps", type=int, default=30)
     m.set_defaults(func=cmd_demo)
+    for module in ("hacpo.pipeline.cli", "hacpo.data.prepare", "hacpo.report.cli", "hacpo.worker"):
+        importlib.import_module(module).add_cli(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from hacpo import worker
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    delegated = worker.delegate(argv)  # a warm worker (if the workflow started one) skips the torch import
+    if delegated is not None:
+        return delegated
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -6,6 +6,8 @@ an agent count that does not fit the method, δ passed where 1−δ is meant —
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -116,6 +118,11 @@ class TrainConfig(BaseModel):
             kl_beta=self.kl_beta,
         )
 
+    def config_hash(self) -> str:
+        """Identity of a run's maths: equal hashes resume each other; runtime knobs are left out."""
+        keep = self.model_dump(exclude={"progress", "threads", "scorer_workers", "device"})
+        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+
     def check_paths(self) -> None:
         """Existence checks, separate from schema validation so configs can be validated anywhere."""
         problems = []
@@ -142,9 +149,13 @@ def format_validation_error(err: ValidationError) -> str:
 
 
 def load_train_config(path_or_dict, **overrides) -> TrainConfig:
-    """Load a YAML/JSON file (or dict), apply overrides, validate. Raises ValueError with every problem."""
+    """Load a YAML/JSON file (or a dict, or inline JSON text), apply overrides, validate.
+
+    Raises ValueError listing every problem."""
     if isinstance(path_or_dict, dict):
         data = dict(path_or_dict)
+    elif isinstance(path_or_dict, str) and path_or_dict.lstrip().startswith("{"):
+        data = json.loads(path_or_dict)  # inline JSON, as the workflow's train rules pass it
     else:
         with open(path_or_dict) as f:
             data = yaml.safe_load(f) or {}

@@ -26,4 +26,4 @@ def test_dry_run_resolves_the_default_target(tmp_path):
         text=True,
         check=True,
     )
-    assert "demo" in out.stdout and "all" in out.stdout
+    assert "train_joint" in out.stdout and "all" in out.stdout

@@ -364,6 +364,8 @@ def load_spec_file(spec: str | os.PathLike) -> WarmupSpec:
     import yaml
 
     path, name = str(spec), None
+    if path.lstrip().startswith("{"):  # inline JSON, as the workflow passes it
+        return WarmupSpec.from_dict(json.loads(path))
     if not Path(path).is_file() and ":" in path:
         path, name = path.rsplit(":", 1)
     if not Path(path).is_file():
@@ -387,12 +389,16 @@ def build_agent_from_args(args) -> dict:
     from hacpo.data.synthetic import read_jsonl
 
     spec = load_spec_file(args.spec)
-    data = Path(args.data)
+    if getattr(args, "train", None) or getattr(args, "dev", None):
+        files = {"train": Path(args.train or ""), "dev": Path(args.dev or "")}
+    elif getattr(args, "data", None):
+        files = {name: Path(args.data) / f"{name}.jsonl" for name in ("train", "dev")}
+    else:
+        raise ValueError("give --data DIR, or --train FILE and --dev FILE")
     splits = {}
-    for name in ("train", "dev"):
-        f = data / f"{name}.jsonl"
+    for name, f in files.items():
         if not f.is_file():
-            raise FileNotFoundError(f"{f} does not exist (write the splits with `hacpo data --out {data}`)")
+            raise FileNotFoundError(f"{name} problems {str(f)!r} do not exist (write them with `hacpo data`)")
         splits[name] = read_jsonl(f, as_problems=True)
     if getattr(args, "threads", None):
         torch.set_num_threads(int(args.threads))

@@ -5,6 +5,14 @@ vLLM behind the same :class:`Generator` protocol, so tables do not care which en
 """
 
 from .metrics import avg_at_k, pass_at_k, summarize
-from .run import Sampling, evaluate
+from .run import Sampling, evaluate, evaluate_setting, resolve_source
 
-__all__ = ["Sampling", "avg_at_k", "evaluate", "pass_at_k", "summarize"]
+__all__ = [
+    "Sampling",
+    "avg_at_k",
+    "evaluate",
+    "evaluate_setting",
+    "pass_at_k",
+    "resolve_source",
+    "summarize",
+]

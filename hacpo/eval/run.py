@@ -98,3 +98,56 @@ def evaluate(
     atomic_write_text(out_prefix.with_name(out_prefix.name + ".samples.jsonl"), "\n".join(lines) + "\n")
     atomic_write_json(out_prefix.with_name(out_prefix.name + ".json"), summary)
     return summary
+
+
+def resolve_source(source: dict) -> str:
+    """Weights to evaluate: ``{"model": path_or_hub_id}`` or ``{"run": run_dir, "agent": name}`` (the run's
+    final checkpoint of that agent, from its ``run.json``)."""
+    if "model" in source:
+        return source["model"]
+    run_json = Path(source["run"]) / "run.json"
+    if not run_json.is_file():
+        raise FileNotFoundError(f"{run_json} missing: train the run first")
+    run = json.loads(run_json.read_text())
+    if run.get("status") != "complete":
+        raise ValueError(f"{run_json}: run is {run.get('status')!r}, not complete; finish training first")
+    try:
+        return run["final_checkpoints"][source["agent"]]
+    except KeyError:
+        raise ValueError(
+            f"{run_json}: no final checkpoint for agent {source['agent']!r}; "
+            f"agents: {sorted(run.get('final_checkpoints', {}))}"
+        ) from None
+
+
+def evaluate_setting(
+    generator, settings: dict, out_dir: str | Path, *, seed: int = 0, scorer_workers: int = 0
+):
+    """Every benchmark of one evaluation setting → ``<bench>.json`` + ``<bench>.samples.jsonl``, then
+    ``summary.json`` (written last: its presence means the whole setting is done).
+
+    ``settings`` = ``{"max_new_tokens", "prompt_style", "benchmarks": {name: {"file", "metric", "greedy",
+    "k", "temperature", "top_p"}}}`` (built by :meth:`hacpo.pipeline.Pipeline.eval_settings`)."""
+    out_dir = Path(out_dir)
+    results = {}
+    for name, b in settings["benchmarks"].items():
+        sampling = Sampling(
+            greedy=b.get("greedy", True),
+            k=b.get("k", 1),
+            temperature=b.get("temperature", 1.0),
+            top_p=b.get("top_p", 1.0),
+            max_new_tokens=settings["max_new_tokens"],
+            prompt_style=settings.get("prompt_style", "compact"),
+            seed=seed,
+        )
+        summary = evaluate(
+            generator, b["file"], out_dir / name, sampling, scorer_workers=scorer_workers, name=name
+        )
+        metric = b.get("metric", f"avg@{sampling.k}")
+        if metric not in summary:
+            raise ValueError(
+                f"benchmark {name}: metric {metric!r} not computed; available: {sorted(summary)}"
+            )
+        results[name] = {"metric": metric, "value": summary[metric], **summary}
+    atomic_write_json(out_dir / "summary.json", {"benchmarks": results})
+    return results

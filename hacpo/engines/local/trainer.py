@@ -16,7 +16,6 @@ checkpoint and ends with the same metrics as an uninterrupted one (bitwise on th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import resource
@@ -194,8 +193,7 @@ class LocalTrainer:
 
     # ----------------------------------------------------------------------------- bookkeeping
     def config_hash(self) -> str:
-        keep = self.cfg.model_dump(exclude={"progress", "threads", "scorer_workers", "device"})
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+        return self.cfg.config_hash()
 
     def _start_or_resume(self) -> int:
         run_json = self.out / "run.json"

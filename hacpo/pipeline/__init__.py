@@ -1,0 +1,6 @@
+"""Workflow config → runs, paths and rule parameters (pure Python, tested without Snakemake)."""
+
+from .config import ConfigError, PipelineConfig, load_pipeline_config
+from .targets import Pipeline, Run, as_json
+
+__all__ = ["ConfigError", "Pipeline", "PipelineConfig", "Run", "as_json", "load_pipeline_config"]

@@ -1,0 +1,140 @@
+"""Workflow-facing commands: ``dataset``, ``manifest``, ``evaluate``, ``plan`` (thin; logic elsewhere)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import yaml
+
+
+def _json_arg(text: str) -> dict:
+    """Inline JSON, or ``@file`` holding JSON."""
+    raw = Path(text[1:]).read_text() if text.startswith("@") else text
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"expected JSON (or @file): {err}") from None
+
+
+def _sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def cmd_dataset(args) -> int:
+    """One workflow dataset file: synthetic problems, or a registry dataset (local file → cache → Hub)."""
+    from hacpo.runio import atomic_write_json
+
+    spec = _json_arg(args.spec)
+    if "synthetic" in spec:
+        from hacpo.data.synthetic import make_splits, write_jsonl
+
+        s = spec["synthetic"]
+        rows = make_splits(
+            s["families"], seed=s["seed"], n_test=s["n_test"], n_dev=s["n_dev"], n_train=s.get("n_train")
+        )
+        write_jsonl(args.out, [p.to_dict() for p in rows[s["split"]]])
+        entry = {"kind": "synthetic", **s, "count": len(rows[s["split"]])}
+    else:
+        from hacpo.data.prepare import prepare_dataset
+
+        entry = prepare_dataset(
+            spec["registry"],
+            args.out,
+            local_file=spec.get("file"),
+            cache_dir=args.cache,
+            allow_download=not args.offline,
+        )
+        entry = {"kind": "registry", **entry}
+    entry = {"name": args.name, **entry, "file": args.out, "sha256": _sha256(args.out)}
+    atomic_write_json(args.manifest, entry)
+    print(json.dumps(entry))
+    return 0
+
+
+def cmd_manifest(args) -> int:
+    from hacpo.runio import atomic_write_json
+
+    entries = [json.loads(Path(p).read_text()) for p in args.inputs]
+    atomic_write_json(args.out, {"datasets": {e["name"]: e for e in entries}})
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from hacpo.eval import evaluate_setting, resolve_source
+
+    source, settings = _json_arg(args.source), _json_arg(args.settings)
+    for name, b in settings["benchmarks"].items():
+        if not Path(b["file"]).is_file():
+            raise FileNotFoundError(f"benchmark {name}: {b['file']} does not exist (prepare the data first)")
+    path = resolve_source(source)
+    if args.engine != "local":
+        raise ValueError(
+            f"engine {args.engine!r}: vLLM generation comes with the GPU engine (issue 6); use engine: local"
+        )
+    from hacpo.eval.local import LocalGenerator
+
+    gen = LocalGenerator(path, device=args.device, threads=args.threads)
+    results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=args.scorer_workers)
+    print(json.dumps({k: v["value"] for k, v in results.items()}))
+    return 0
+
+
+def cmd_plan(args) -> int:
+    """What a config asks for: runs per kind and method, evaluation jobs, tables and figures."""
+    from hacpo.pipeline import Pipeline
+
+    config: dict = {}
+    for f in args.configfile:
+        config |= yaml.safe_load(Path(f).read_text()) or {}
+    pipe = Pipeline(config)
+    runs = pipe.runs
+    by = Counter(f"{r.kind}:{r.method}" for r in runs)
+    print(
+        f"{len(runs)} training runs ({sum(r.kind == 'single' for r in runs)} single, "
+        f"{sum(r.kind == 'joint' for r in runs)} joint)"
+    )
+    for key, n in sorted(by.items()):
+        print(f"  {key:32s} {n}")
+    evals = sorted({f for t in pipe.cfg.tables for f in pipe.table(t)[0] if "/eval/" in f})
+    print(f"{len(evals)} evaluation jobs; {len(pipe.cfg.tables)} tables; {len(pipe.cfg.figures)} figures")
+    return 0
+
+
+def add_cli(sub) -> None:
+    d = sub.add_parser("dataset", help="write one workflow dataset file (+ its manifest entry)")
+    d.add_argument("--name", required=True)
+    d.add_argument(
+        "--spec", required=True, help="JSON (or @file): {synthetic: {...}} or {registry: NAME, file: …}"
+    )
+    d.add_argument("--out", required=True)
+    d.add_argument("--manifest", required=True)
+    d.add_argument("--cache", default=None, help="directory of downloaded dataset files")
+    d.add_argument("--offline", action="store_true", help="never download from the Hub")
+    d.set_defaults(func=cmd_dataset)
+
+    m = sub.add_parser("manifest", help="merge per-dataset manifest entries")
+    m.add_argument("--out", required=True)
+    m.add_argument("inputs", nargs="+")
+    m.set_defaults(func=cmd_manifest)
+
+    e = sub.add_parser("evaluate", help="evaluate one checkpoint on every benchmark of an evaluation setting")
+    e.add_argument("--source", required=True, help='JSON: {"model": PATH} or {"run": DIR, "agent": NAME}')
+    e.add_argument("--settings", required=True, help="JSON (or @file) from Pipeline.eval_settings")
+    e.add_argument("--out", required=True, help="output directory (summary.json is written last)")
+    e.add_argument("--engine", default="local", choices=["local", "openrlhf"])
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--device", default="auto")
+    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--scorer-workers", type=int, default=0)
+    e.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
+    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    p.set_defaults(func=cmd_plan)

@@ -1,0 +1,385 @@
+"""The workflow config (``config/*.yaml``): typed, validated, cross-referenced — before any job runs.
+
+One pydantic model is the schema (no second JSON schema to keep in sync). Every error names its key path,
+e.g. ``tables.table1.pairs.2: unknown pair 'foo'; known: size, state``. A new model combination is one
+``pairs:`` entry (plus its models); tables list the pairs and methods they show.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hacpo.algo import get_method
+
+ID = r"^[a-z][a-z0-9_]*$"  # keys that become wildcard values and path parts
+Id = Annotated[str, Field(pattern=ID)]
+
+# TrainConfig keys a config may set; the rest (method, agents, files, out_dir, seed) come from the pipeline.
+PIPELINE_OWNED = {"method", "agents", "train_file", "val_file", "out_dir", "seed", "progress"}
+
+
+class ConfigError(ValueError):
+    """A workflow config that cannot run; the message lists every problem with its key path."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _check_train_keys(d: dict) -> dict:
+    from hacpo.config import TrainConfig
+
+    known = set(TrainConfig.model_fields) - PIPELINE_OWNED
+    bad = sorted(set(d) - known)
+    if bad:
+        raise ValueError(f"unknown training key(s) {bad}; settable keys: {', '.join(sorted(known))}")
+    return d
+
+
+TrainOverrides = Annotated[dict, Field(default_factory=dict)]
+
+
+class Synthetic(_Strict):
+    families: list[str] = ["add2"]
+    seed: int = 0
+    split: Literal["train", "dev", "test"]
+    n_test: int = Field(1000, ge=1)  # per family
+    n_dev: int = Field(200, ge=1)
+    n_train: int | None = None  # None: all remaining problems
+
+    @field_validator("families")
+    @classmethod
+    def _known(cls, v):
+        from hacpo.data.synthetic import FAMILIES
+
+        bad = [f for f in v if f not in FAMILIES]
+        if bad or not v:
+            raise ValueError(f"unknown synthetic families {bad or v}; known: {', '.join(FAMILIES)}")
+        return v
+
+
+class Dataset(_Strict):
+    """One data file ``results/data/<name>.jsonl``: synthetic problems or a registry dataset (issue 5)."""
+
+    synthetic: Synthetic | None = None
+    registry: str | None = None  # a name of hacpo.data.registry (e.g. math500)
+    file: str | None = None  # optional local copy of a registry dataset (skips the Hub)
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.synthetic is None) == (self.registry is None):
+            raise ValueError("give exactly one of `synthetic:` or `registry:`")
+        if self.file and self.registry is None:
+            raise ValueError("`file:` only applies to `registry:` datasets")
+        return self
+
+
+class Model(_Strict):
+    """A base agent: a Hub id / checkpoint path (``hub``) or a tiny local agent built by warm-up (``warmup``:
+    ``FILE:NAME`` of a warm-up spec file, e.g. ``config/agents/toy.yaml:small``)."""
+
+    hub: str | None = None
+    warmup: str | None = None
+    label: str | None = None
+    gpus: int = Field(0, ge=0)  # GPUs of a single-agent run (SLURM request)
+    train: TrainOverrides  # overrides for this model's single-agent runs
+
+    _v = field_validator("train")(classmethod(lambda cls, v: _check_train_keys(v)))
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if (self.hub is None) == (self.warmup is None):
+            raise ValueError("give exactly one of `hub:` (Hub id or checkpoint) or `warmup:` (FILE:NAME)")
+        return self
+
+
+class PairHyper(_Strict):
+    """Paper Table 4: α, the lower clip bound 1−δ (NOT δ) and δ_step."""
+
+    alpha: float = Field(1.0, ge=0)
+    cross_clip_low: float = Field(0.8, ge=0.5, le=1.0)
+    delta_step: float = Field(0.025, ge=0)
+
+
+class PaperRef(_Strict):
+    """The paper block this pair reproduces (or stands in for at toy scale): paper values beside ours."""
+
+    block: str
+    models: list[str]  # paper model names, aligned with the pair's agents
+
+
+class Pair(_Strict):
+    agents: list[Id] = Field(min_length=2)
+    heterogeneity: Literal["state", "size", "model"]
+    hacpo: PairHyper = PairHyper()
+    gpus: int = Field(0, ge=0)
+    train: TrainOverrides
+    paper: PaperRef | None = None
+
+    _v = field_validator("train")(classmethod(lambda cls, v: _check_train_keys(v)))
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        if len(set(self.agents)) != len(self.agents):
+            raise ValueError(f"a pair needs distinct models, got {self.agents}")
+        if self.paper and len(self.paper.models) != len(self.agents):
+            raise ValueError("paper.models must list one paper model per agent")
+        return self
+
+
+class MethodEntry(_Strict):
+    """A named run recipe: a registry method plus training overrides (e.g. Figure 3's 150-step runs)."""
+
+    method: str
+    label: str | None = None
+    train: TrainOverrides
+
+    _v = field_validator("train")(classmethod(lambda cls, v: _check_train_keys(v)))
+
+    @field_validator("method")
+    @classmethod
+    def _registry(cls, v):
+        get_method(v)
+        return v
+
+
+class Sampling(_Strict):
+    greedy: bool = True
+    k: int = Field(1, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+
+    @model_validator(mode="after")
+    def _greedy_k(self):
+        if self.greedy and self.k != 1:
+            raise ValueError("greedy decoding gives one answer per problem: set greedy: false to sample k")
+        return self
+
+
+class Benchmark(_Strict):
+    dataset: Id
+    label: str | None = None
+    metric: str = Field("avg@1", pattern=r"^(avg|pass)@\d+$")
+    sampling: Sampling = Sampling()
+    paper: str | None = None  # paper benchmark key (math500, aime2025, …)
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _metric_fits(self):
+        k = int(self.metric.split("@")[1])
+        if k > self.sampling.k:
+            raise ValueError(
+                f"metric {self.metric} needs ≥ {k} samples per problem; sampling.k={self.sampling.k}"
+            )
+        return self
+
+
+class EvalSetting(_Strict):
+    max_new_tokens: int = Field(ge=1)
+    prompt_style: Literal["compact", "paper"] = "compact"
+    benchmarks: list[Id] | Literal["all"] = "all"
+
+
+class _Table(_Strict):
+    title: str | None = None
+    note: str | None = None
+
+
+class AccuracyTable(_Table):
+    kind: Literal["accuracy"]
+    pairs: list[Id] = Field(min_length=1)
+    methods: list[Id] = Field(min_length=1)  # "base" = the untrained models
+    eval: Id
+    benchmarks: list[Id] | Literal["all"] = "all"
+    compare_to: Id | None = None
+    seeds: list[int] | None = None
+
+
+class HyperTable(_Table):
+    kind: Literal["hyperparams"]
+    pairs: list[Id] = Field(min_length=1)
+
+
+class RatioTable(_Table):
+    kind: Literal["ratio_stats"]
+    pair: Id
+    agent: Id
+    method: Id = "hacpo"
+    seeds: list[int] | None = None
+
+
+class SeedTable(_Table):
+    kind: Literal["seeds"]
+    pair: Id
+    methods: list[Id] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    eval: Id
+    benchmark: Id
+
+
+class ProfileTable(_Table):
+    kind: Literal["runtime", "memory"]
+    pair: Id
+    methods: list[Id] = Field(min_length=1)
+    seeds: list[int] | None = None
+
+
+class AlphaTable(_Table):
+    kind: Literal["alpha"]
+    pairs: list[Id] = Field(min_length=1)
+    alphas: list[float] = Field(min_length=1)
+    eval: Id
+    benchmark: Id
+    seeds: list[int] | None = None
+
+
+Table = Annotated[
+    AccuracyTable | HyperTable | RatioTable | SeedTable | ProfileTable | AlphaTable,
+    Field(discriminator="kind"),
+]
+
+
+class CurvesFigure(_Strict):
+    kind: Literal["curves"]
+    title: str | None = None
+    pairs: list[Id] = Field(min_length=1)
+    methods: list[Id] = Field(min_length=1)
+    seeds: list[int] | None = None
+
+
+class SftData(_Strict):
+    train: Id
+    dev: Id
+
+
+class ReportSettings(_Strict):
+    paper_delta: bool = False  # True only where the config reproduces the paper's setting
+    note: str = ""
+
+
+class PipelineConfig(_Strict):
+    engine: Literal["local", "openrlhf"] = "local"
+    seeds: list[int] = Field(min_length=1)
+    train_data: Id
+    val_data: Id | None = None
+    sft: SftData | None = None  # data for warming up `warmup:` models
+    datasets: dict[Id, Dataset]
+    models: dict[Id, Model]
+    pairs: dict[Id, Pair]
+    methods: dict[Id, MethodEntry] = {}
+    training: TrainOverrides
+    benchmarks: dict[Id, Benchmark]
+    eval_settings: dict[Id, EvalSetting]
+    tables: dict[Id, Table] = {}
+    figures: dict[Id, CurvesFigure] = {}
+    report: ReportSettings = ReportSettings()
+
+    _v = field_validator("training")(classmethod(lambda cls, v: _check_train_keys(v)))
+
+    @model_validator(mode="after")
+    def _references(self):
+        errs: list[str] = []
+
+        def need(path: str, name, pool, what: str) -> None:
+            if name not in pool:
+                errs.append(f"{path}: unknown {what} {name!r}; known: {', '.join(sorted(pool)) or '(none)'}")
+
+        for key in ("train_data", "val_data"):
+            if getattr(self, key) is not None:
+                need(key, getattr(self, key), self.datasets, "dataset")
+        if self.sft:
+            need("sft.train", self.sft.train, self.datasets, "dataset")
+            need("sft.dev", self.sft.dev, self.datasets, "dataset")
+        for name, m in self.models.items():
+            if m.warmup and self.sft is None:
+                errs.append(
+                    f"models.{name}.warmup: warm-up models need an `sft:` section (train/dev datasets)"
+                )
+        for name, p in self.pairs.items():
+            for i, a in enumerate(p.agents):
+                need(f"pairs.{name}.agents.{i}", a, self.models, "model")
+        for name, b in self.benchmarks.items():
+            need(f"benchmarks.{name}.dataset", b.dataset, self.datasets, "dataset")
+        for name, e in self.eval_settings.items():
+            if e.benchmarks != "all":
+                for i, b in enumerate(e.benchmarks):
+                    need(f"eval_settings.{name}.benchmarks.{i}", b, self.benchmarks, "benchmark")
+        methods = self.method_names()
+        for tname, t in {**self.tables, **{f"figures.{k}": v for k, v in self.figures.items()}}.items():
+            path = tname if tname.startswith("figures.") else f"tables.{tname}"
+            for i, p in enumerate(getattr(t, "pairs", None) or [getattr(t, "pair", None)]):
+                if p is not None:
+                    need(
+                        f"{path}.pairs.{i}" if hasattr(t, "pairs") else f"{path}.pair", p, self.pairs, "pair"
+                    )
+            for i, m in enumerate(getattr(t, "methods", None) or []):
+                need(f"{path}.methods.{i}", m, {*methods, "base"}, "method")
+            for key in ("method", "compare_to"):
+                if getattr(t, key, None) is not None:
+                    need(f"{path}.{key}", getattr(t, key), methods, "method")
+            if getattr(t, "eval", None) is not None:
+                need(f"{path}.eval", t.eval, self.eval_settings, "eval setting")
+                allowed = set(self.benchmarks_of(t.eval)) if t.eval in self.eval_settings else set()
+                wanted = getattr(t, "benchmarks", "all")
+                wanted = [] if wanted == "all" else list(wanted)
+                if getattr(t, "benchmark", None):
+                    wanted.append(t.benchmark)
+                for b in wanted:
+                    need(f"{path}.benchmark", b, allowed, f"benchmark of eval setting {t.eval!r}")
+            if getattr(t, "agent", None) is not None and t.pair in self.pairs:
+                need(f"{path}.agent", t.agent, self.pairs[t.pair].agents, f"agent of pair {t.pair!r}")
+            if getattr(t, "kind", None) == "ratio_stats" and t.method in methods:
+                if not self.registry_method(t.method).joint:
+                    errs.append(f"{path}.method: {t.method!r} is single-agent; s_hete needs a joint method")
+        if errs:
+            raise ValueError("\n".join(errs))
+        return self
+
+    # ------------------------------------------------------------------ lookups used by the pipeline
+    def method_names(self) -> set[str]:
+        """Named entries plus every registry name mentioned in tables (registry names need no entry)."""
+        names = set(self.methods)
+        for t in [*self.tables.values(), *self.figures.values()]:
+            for m in [
+                *(getattr(t, "methods", None) or []),
+                getattr(t, "method", None),
+                getattr(t, "compare_to", None),
+            ]:
+                if m and m != "base" and m not in names:
+                    try:
+                        get_method(m)
+                        names.add(m)
+                    except ValueError:
+                        pass
+        return names
+
+    def registry_method(self, name: str):
+        return get_method(self.methods[name].method if name in self.methods else name)
+
+    def benchmarks_of(self, setting: str) -> list[str]:
+        b = self.eval_settings[setting].benchmarks
+        return list(self.benchmarks) if b == "all" else list(b)
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(
+            str(x) for x in e["loc"] if not str(x).endswith("Table]") and "function-" not in str(x)
+        )
+        msg = e["msg"].removeprefix("Value error, ")
+        lines.extend(f"  {loc + ': ' if loc else ''}{line}" for line in msg.splitlines())
+    return "\n".join(lines)
+
+
+def load_pipeline_config(config: dict) -> PipelineConfig:
+    """Validate a Snakemake ``config`` dict; raises :class:`ConfigError` listing every problem by key path."""
+    try:
+        return PipelineConfig.model_validate(config)
+    except ValidationError as err:
+        raise ConfigError(
+            f"invalid workflow config ({err.error_count()} problem(s)):\n{_format(err)}\n"
+            "See config/README.md for every key."
+        ) from None

@@ -1,0 +1,484 @@
+"""Config → runs, file paths, rule parameters and table/figure specs (pure; tested without Snakemake).
+
+Every decision of the workflow lives here: which runs a table needs, that a single-agent baseline shared by
+several pairs is trained once (its path has no pair), which checkpoint an evaluation reads, which
+hyper-parameters a run gets (global ``training`` < model or pair ``train`` < pair ``hacpo`` < method
+``train``). The Snakemake rules only name files and call ``hacpo …``.
+
+Paths (all under ``results/``)::
+
+    data/<dataset>.jsonl                               prepared problems
+    agents/<model>/agent.json                          tiny local agent (CPU engine warm-up)
+    runs/single/<model>/<method>/seed<seed>/done.json  single-agent run (GRPO, GSPO, GSPO×2, …)
+    runs/joint/<pair>/<method>/seed<seed>/done.json    joint run (Naive, HACPO, ablations)
+    eval/<setting>/<target>/summary.json               target: base/<model>
+                                                         | single/<model>/<method>/seed<seed>
+                                                         | joint/<pair>/<method>/seed<seed>/<agent>
+    tables/<table>.{csv,md,tex}, figures/<figure>.{png,csv}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from functools import cached_property
+
+from .config import PipelineConfig, load_pipeline_config
+
+R = "results"
+LABELS = {
+    "base": "untrained",
+    "grpo": "GRPO",
+    "gspo": "GSPO",
+    "gspo_x2": "GSPO×2",
+    "gspo_updates_x2": "GSPO updates×2",
+    "naive": "Naive",
+    "hacpo": "HACPO",
+    "hacpo_no_adv": "HACPO − Adv",
+    "hacpo_no_omega": "HACPO − ω",
+    "hacpo_no_stepwise": "HACPO no Stepwise",
+    "hacpo_no_clip": "HACPO no Clip",
+}
+TABLE_TITLES = {
+    "table1": "Table 1 — Main results across heterogeneity settings",
+    "table2": "Table 2 — Ablation of the capability-aware advantage estimator",
+    "table3": "Table 3 — Ablation of the capability discrepancy coefficient ω",
+    "table4": "Table 4 — HACPO hyper-parameters per pair",
+    "table5": "Table 5 — s_homo and s_hete over all training steps",
+    "table6": "Table 6 — Seed experiments",
+    "table7": "Table 7 — Runtime comparison",
+    "table8": "Table 8 — Memory usage",
+    "table9": "Table 9 — Additional model pairs",
+    "alpha_ablation": "α ablation — impact of exponential importance sampling",
+    "figure2": "Figure 2 — Training curves of HACPO, GSPO and GSPO×2",
+    "figure3": "Figure 3 — Ablation of stepwise clipping",
+}
+# An evaluation target (one checkpoint), as a Snakemake wildcard constraint and as a parser.
+_ID = "[a-z][a-z0-9_]*"
+TARGET_PATTERN = rf"base/{_ID}|(?:single|joint)/{_ID}/{_ID}/seed\d+(?:/{_ID})?"
+TARGET = re.compile(
+    r"^(?:base/(?P<bmodel>[a-z][a-z0-9_]*)"
+    r"|(?P<kind>single|joint)/(?P<group>[a-z][a-z0-9_]*)/(?P<method>[a-z][a-z0-9_]*)/seed(?P<seed>\d+)"
+    r"(?:/(?P<agent>[a-z][a-z0-9_]*))?)$"
+)
+
+
+@dataclass(frozen=True, order=True)
+class Run:
+    """One training run: single-agent (``group`` = model) or joint (``group`` = pair)."""
+
+    kind: str
+    group: str
+    method: str
+    seed: int
+
+    @property
+    def dir(self) -> str:
+        return f"{R}/runs/{self.kind}/{self.group}/{self.method}/seed{self.seed}"
+
+    @property
+    def done(self) -> str:
+        return f"{self.dir}/done.json"
+
+
+class Pipeline:
+    def __init__(self, config: dict | PipelineConfig, base_dir: str | None = None):
+        self.cfg = config if isinstance(config, PipelineConfig) else load_pipeline_config(config)
+        self.base_dir = base_dir  # where relative config paths (warm-up spec files) resolve if not in cwd
+
+    # --------------------------------------------------------------------------------------- files
+    @staticmethod
+    def dataset_file(name: str) -> str:
+        return f"{R}/data/{name}.jsonl"
+
+    @staticmethod
+    def agent_marker(model: str) -> str:
+        return f"{R}/agents/{model}/agent.json"
+
+    def model_path(self, model: str) -> str:
+        m = self.cfg.models[model]
+        return m.hub if m.hub else f"{R}/agents/{model}"
+
+    def model_inputs(self, model: str) -> list[str]:
+        return [] if self.cfg.models[model].hub else [self.agent_marker(model)]
+
+    @staticmethod
+    def eval_summary(setting: str, target: str) -> str:
+        return f"{R}/eval/{setting}/{target}/summary.json"
+
+    def eval_file(self, setting: str, target: str, bench: str) -> str:
+        return f"{R}/eval/{setting}/{target}/{bench}.json"
+
+    # ---------------------------------------------------------------------------------------- runs
+    def is_joint(self, method: str) -> bool:
+        return self.cfg.registry_method(method).joint
+
+    def run(self, method: str, pair: str, model: str, seed: int) -> Run:
+        """The run training ``model`` with ``method`` for ``pair``'s table row (single runs drop the pair)."""
+        if self.is_joint(method):
+            return Run("joint", pair, method, seed)
+        return Run("single", model, method, seed)
+
+    def target(self, method: str, pair: str, model: str, seed: int) -> str:
+        """Evaluation target of a table cell: ``base/<model>`` or the run's final checkpoint of ``model``."""
+        if method == "base":
+            return f"base/{model}"
+        r = self.run(method, pair, model, seed)
+        return f"{r.kind}/{r.group}/{r.method}/seed{seed}" + (f"/{model}" if r.kind == "joint" else "")
+
+    def run_of_target(self, target: str) -> tuple[Run | None, str]:
+        """``(run, model)`` of an evaluation target (run is None for base models)."""
+        m = TARGET.match(target)
+        if not m:
+            raise ValueError(f"bad evaluation target {target!r}")
+        if m["bmodel"]:
+            return None, m["bmodel"]
+        run = Run(m["kind"], m["group"], m["method"], int(m["seed"]))
+        if run.kind == "joint" and not m["agent"]:
+            raise ValueError(f"joint evaluation target {target!r} needs /<agent>")
+        return run, (m["agent"] or run.group)
+
+    def run_agents(self, run: Run) -> list[str]:
+        return self.cfg.pairs[run.group].agents if run.kind == "joint" else [run.group]
+
+    def train_settings(self, run: Run) -> dict:
+        """Resolved hyper-parameters of a run (the layered overrides of the module docstring)."""
+        cfg = self.cfg
+        out = dict(cfg.training)
+        if run.kind == "joint":
+            pair = cfg.pairs[run.group]
+            out |= pair.train | pair.hacpo.model_dump()
+        else:
+            out |= cfg.models[run.group].train
+        if run.method in cfg.methods:
+            out |= cfg.methods[run.method].train
+        return out
+
+    def train_config(self, run: Run) -> dict:
+        """The ``hacpo train`` run config (see :class:`hacpo.config.TrainConfig`)."""
+        cfg = self.cfg
+        return {
+            **self.train_settings(run),
+            "method": cfg.registry_method(run.method).name,
+            "agents": [{"name": a, "path": self.model_path(a)} for a in self.run_agents(run)],
+            "train_file": self.dataset_file(cfg.train_data),
+            "val_file": self.dataset_file(cfg.val_data) if cfg.val_data else None,
+            "out_dir": run.dir,
+            "seed": run.seed,
+        }
+
+    def train_inputs(self, run: Run) -> list[str]:
+        files = [self.dataset_file(self.cfg.train_data)]
+        if self.cfg.val_data:
+            files.append(self.dataset_file(self.cfg.val_data))
+        return files + [f for a in self.run_agents(run) for f in self.model_inputs(a)]
+
+    def gpus(self, run: Run) -> int:
+        return self.cfg.pairs[run.group].gpus if run.kind == "joint" else self.cfg.models[run.group].gpus
+
+    # ------------------------------------------------------------------------------------ evaluation
+    def eval_inputs(self, setting: str, target: str) -> list[str]:
+        run, model = self.run_of_target(target)
+        benches = self.cfg.benchmarks_of(setting)
+        data = sorted({self.dataset_file(self.cfg.benchmarks[b].dataset) for b in benches})
+        return data + (self.model_inputs(model) if run is None else [run.done])
+
+    def eval_settings(self, setting: str) -> dict:
+        """Generation + benchmark settings of one evaluation job (what ``hacpo evaluate`` reads)."""
+        s = self.cfg.eval_settings[setting]
+        return {
+            "max_new_tokens": s.max_new_tokens,
+            "prompt_style": s.prompt_style,
+            "benchmarks": {
+                b: {
+                    "file": self.dataset_file(self.cfg.benchmarks[b].dataset),
+                    "metric": self.cfg.benchmarks[b].metric,
+                    **self.cfg.benchmarks[b].sampling.model_dump(),
+                }
+                for b in self.cfg.benchmarks_of(setting)
+            },
+        }
+
+    def eval_source(self, target: str) -> dict:
+        """Where the evaluated weights are: a model path, or a run directory + agent name."""
+        run, model = self.run_of_target(target)
+        if run is None:
+            return {"model": self.model_path(model)}
+        return {"run": run.dir, "agent": model}
+
+    def eval_gpus(self, target: str) -> int:
+        """Evaluation generates with one model at a time: that model's GPU count."""
+        return self.cfg.models[self.run_of_target(target)[1]].gpus
+
+    # --------------------------------------------------------------------------------- tables/figures
+    def seeds(self, spec) -> list[int]:
+        return list(getattr(spec, "seeds", None) or self.cfg.seeds)
+
+    def label(self, method: str) -> str:
+        entry = self.cfg.methods.get(method)
+        if entry and entry.label:
+            return entry.label
+        if method.startswith("hacpo_alpha"):
+            return "HACPO α=" + method.removeprefix("hacpo_alpha").replace("p", ".")
+        return LABELS.get(method, method)
+
+    def paper_method(self, method: str) -> str:
+        return method if method == "base" else self.cfg.registry_method(method).name
+
+    def _block(self, pair: str) -> dict:
+        p = self.cfg.pairs[pair]
+        return {
+            "block": pair,
+            "block_label": " + ".join(self.cfg.models[a].label or a for a in p.agents),
+            "paper_block": p.paper.block if p.paper else None,
+        }
+
+    def _paper_model(self, pair: str, model: str) -> str | None:
+        p = self.cfg.pairs[pair]
+        return p.paper.models[p.agents.index(model)] if p.paper else None
+
+    def _common(self, name: str, spec, kind: str) -> dict:
+        return {
+            "table": name,
+            "kind": kind,
+            "title": spec.title or TABLE_TITLES.get(name, name),
+            "paper_table": name if name in TABLE_TITLES and name.startswith(("table", "alpha")) else None,
+            "paper_delta": self.cfg.report.paper_delta,
+            "note": " ".join(x for x in (spec.note, self.cfg.report.note) if x),
+        }
+
+    def _bench_columns(self, benches: list[str]) -> list[dict]:
+        b = self.cfg.benchmarks
+        return [
+            {"key": k, "label": b[k].label or k, "paper": b[k].paper, "metric": b[k].metric} for k in benches
+        ]
+
+    def table(self, name: str) -> tuple[list[str], dict]:
+        """``(input files, spec)`` of one table; the spec is what ``hacpo report table`` renders."""
+        spec = self.cfg.tables[name]
+        build = getattr(self, f"_table_{spec.kind}")
+        files, out = build(spec)
+        return sorted(set(files)), {**self._common(name, spec, spec.kind), **out}
+
+    def _table_accuracy(self, t) -> tuple[list[str], dict]:
+        benches = self.cfg.benchmarks_of(t.eval) if t.benchmarks == "all" else list(t.benchmarks)
+        seeds, files, rows = self.seeds(t), [], []
+        for pair in t.pairs:
+            for model in self.cfg.pairs[pair].agents:
+                for method in t.methods:
+                    targets = [
+                        self.target(method, pair, model, s)
+                        for s in (seeds[:1] if method == "base" else seeds)
+                    ]
+                    files += [self.eval_summary(t.eval, x) for x in targets]
+                    rows.append(
+                        {
+                            **self._block(pair),
+                            "model": model,
+                            "paper_model": self._paper_model(pair, model),
+                            "method": method,
+                            "label": self.label(method),
+                            "paper_method": self.paper_method(method),
+                            "evals": {b: [self.eval_file(t.eval, x, b) for x in targets] for b in benches},
+                        }
+                    )
+        extra = {"compare_to": t.compare_to} if t.compare_to else {}
+        return files, {
+            "columns": self._bench_columns(benches),
+            "avg": len(benches) > 1,
+            "rows": rows,
+            **extra,
+        }
+
+    def _table_hyperparams(self, t) -> tuple[list[str], dict]:
+        cols = [
+            {"key": "alpha", "label": "α", "paper": "alpha"},
+            {"key": "one_minus_delta", "label": "1−δ", "paper": "one_minus_delta"},
+            {"key": "delta_step", "label": "δ_step", "paper": "delta_step"},
+        ]
+        rows = []
+        for pair in t.pairs:
+            h = self.cfg.pairs[pair].hacpo
+            values = {"alpha": h.alpha, "one_minus_delta": h.cross_clip_low, "delta_step": h.delta_step}
+            rows.append({**self._block(pair), "values": values})
+        return [], {"columns": cols, "rows": rows}
+
+    def _table_ratio_stats(self, t) -> tuple[list[str], dict]:
+        runs = [Run("joint", t.pair, t.method, s) for s in self.seeds(t)]
+        common = {
+            **self._block(t.pair),
+            "agent": t.agent,
+            "paper_model": self._paper_model(t.pair, t.agent),
+            "paper_method": self.paper_method(t.method),
+            "metrics": [f"{r.dir}/metrics.jsonl" for r in runs],
+        }
+        rows = [
+            {**common, "label": "s_homo (own samples)", "stat": "s_homo"},
+            {**common, "label": "s_hete (cross samples)", "stat": "s_hete"},
+        ]
+        return [r.done for r in runs], {"rows": rows}
+
+    def _table_seeds(self, t) -> tuple[list[str], dict]:
+        files, rows = [], []
+        for model in self.cfg.pairs[t.pair].agents:
+            for method in t.methods:
+                targets = {s: self.target(method, t.pair, model, s) for s in t.seeds}
+                files += [self.eval_summary(t.eval, x) for x in targets.values()]
+                rows.append(
+                    {
+                        **self._block(t.pair),
+                        "model": model,
+                        "paper_model": self._paper_model(t.pair, model),
+                        "method": method,
+                        "label": self.label(method),
+                        "paper_method": self.paper_method(method),
+                        "evals": {
+                            str(s): [self.eval_file(t.eval, x, t.benchmark)] for s, x in targets.items()
+                        },
+                    }
+                )
+        metric = self.cfg.benchmarks[t.benchmark].metric
+        cols = [
+            {"key": str(s), "label": f"seed {s}", "paper": f"acc_seed{s}", "metric": metric} for s in t.seeds
+        ]
+        return files, {"columns": cols, "rows": rows, "benchmark": t.benchmark}
+
+    def _table_alpha(self, t) -> tuple[list[str], dict]:
+        seeds, files, rows = self.seeds(t), [], []
+        methods = {a: "hacpo_alpha" + f"{a:g}".replace(".", "p") for a in t.alphas}
+        for pair in t.pairs:
+            for model in self.cfg.pairs[pair].agents:
+                evals = {}
+                for a, method in methods.items():
+                    if a == self.cfg.pairs[pair].hacpo.alpha:
+                        method = "hacpo"  # the pair's own α: its default HACPO run, not a duplicate
+                    targets = [self.target(method, pair, model, s) for s in seeds]
+                    files += [self.eval_summary(t.eval, x) for x in targets]
+                    evals[f"{a:g}"] = [self.eval_file(t.eval, x, t.benchmark) for x in targets]
+                rows.append(
+                    {
+                        **self._block(pair),
+                        "model": model,
+                        "paper_model": self._paper_model(pair, model),
+                        "evals": evals,
+                    }
+                )
+        metric = self.cfg.benchmarks[t.benchmark].metric
+        cols = [
+            {"key": f"{a:g}", "label": f"α = {a:g}", "paper_method": m, "metric": metric}
+            for a, m in methods.items()
+        ]
+        return files, {"columns": cols, "rows": rows, "benchmark": t.benchmark}
+
+    def _table_runtime(self, t) -> tuple[list[str], dict]:
+        pair, seeds, files, rows = t.pair, self.seeds(t), [], []
+        agents = self.cfg.pairs[pair].agents
+        for method in t.methods:
+            row = {"method": method, "label": self.label(method), "paper_method": self.paper_method(method)}
+            if self.is_joint(method):
+                runs = [Run("joint", pair, method, s) for s in seeds]
+                row["overall"] = [f"{r.dir}/profile.json" for r in runs]
+            else:
+                runs = [Run("single", a, method, s) for a in agents for s in seeds]
+                row["profiles"] = {
+                    a: [f"{Run('single', a, method, s).dir}/profile.json" for s in seeds] for a in agents
+                }
+            files += [r.done for r in runs]
+            rows.append(row)
+        cols = [
+            {"key": a, "label": self.cfg.models[a].label or a, "paper_model": self._paper_model(pair, a)}
+            for a in agents
+        ]
+        cols.append({"key": "total", "label": "total", "paper_model": "total"})
+        return files, {"columns": cols, "rows": rows, "paper_block": self._block(pair)["paper_block"]}
+
+    _table_memory = _table_runtime
+
+    def figure(self, name: str) -> tuple[list[str], dict]:
+        f = self.cfg.figures[name]
+        seeds, files, panels = self.seeds(f), [], []
+        for pair in f.pairs:
+            for model in self.cfg.pairs[pair].agents:
+                lines = []
+                for method in f.methods:
+                    runs = [self.run(method, pair, model, s) for s in seeds]
+                    files += [r.done for r in runs]
+                    lines.append(
+                        {
+                            "label": self.label(method),
+                            "method": method,
+                            "validations": [f"{r.dir}/validation.jsonl" for r in runs],
+                        }
+                    )
+                title = f"{self.cfg.models[model].label or model} ({pair} pair)"
+                panels.append({"title": title, "agent": model, "lines": lines})
+        val = self.cfg.val_data or "validation"
+        spec = {
+            "figure": name,
+            "kind": "curves",
+            "title": f.title or TABLE_TITLES.get(name, name),
+            "y_label": f"greedy accuracy on {val}",
+            "panels": panels,
+        }
+        return sorted(set(files)), spec
+
+    # -------------------------------------------------------------------------------------- targets
+    @cached_property
+    def runs(self) -> list[Run]:
+        """Every run some table or figure needs (each once, however many tables share it)."""
+        runs = set()
+        for name in self.cfg.tables:
+            for f in self.table(name)[0]:
+                runs |= self._runs_behind(f)
+        for name in self.cfg.figures:
+            for f in self.figure(name)[0]:
+                runs |= self._runs_behind(f)
+        return sorted(runs)
+
+    def _runs_behind(self, file: str) -> set[Run]:
+        if file.endswith("done.json"):
+            kind, group, method, seed = file.split("/")[2:6]
+            return {Run(kind, group, method, int(seed.removeprefix("seed")))}
+        if file.startswith(f"{R}/eval/"):
+            run, _ = self.run_of_target("/".join(file.split("/")[3:-1]))
+            return {run} if run else set()
+        return set()
+
+    def final_targets(self) -> list[str]:
+        files = [f"{R}/tables/{t}.{ext}" for t in self.cfg.tables for ext in ("csv", "md", "tex")]
+        files += [f"{R}/figures/{f}.png" for f in self.cfg.figures]
+        return files + [f"{R}/data/manifest.json"]
+
+    def data_manifest_inputs(self) -> list[str]:
+        return [self.dataset_file(d) for d in sorted(self.used_datasets())]
+
+    def used_datasets(self) -> set[str]:
+        used = {self.cfg.train_data, *(b.dataset for b in self.cfg.benchmarks.values())}
+        if self.cfg.val_data:
+            used.add(self.cfg.val_data)
+        if self.cfg.sft and any(m.warmup for m in self.cfg.models.values()):
+            used |= {self.cfg.sft.train, self.cfg.sft.dev}
+        return used
+
+    def dataset_params(self, name: str) -> str:
+        return json.dumps(self.cfg.datasets[name].model_dump(exclude_none=True), sort_keys=True)
+
+    def agent_params(self, model: str) -> dict:
+        from hacpo.agents.warmup import load_spec_file
+
+        spec = self.cfg.models[model].warmup
+        if spec is None:
+            raise ValueError(
+                f"model {model!r} comes from the Hub ({self.cfg.models[model].hub}); nothing to build"
+            )
+        path, _, name = spec.rpartition(":")
+        if self.base_dir and not os.path.exists(path) and os.path.exists(os.path.join(self.base_dir, path)):
+            spec = f"{os.path.join(self.base_dir, path)}:{name}"
+        return load_spec_file(spec).to_dict()
+
+
+def as_json(obj) -> str:
+    """Compact, key-sorted JSON for rule params (stable, so unchanged settings never trigger reruns)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

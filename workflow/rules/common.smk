@@ -1,0 +1,91 @@
+# Config validation, wildcard constraints and the thin input/params functions over hacpo.pipeline.
+from hacpo.pipeline import Pipeline, Run, as_json
+from hacpo.pipeline.hooks import put_interpreter_on_path, start_worker, stop_worker
+from hacpo.pipeline.targets import TARGET_PATTERN
+
+PIPE = Pipeline(config, base_dir=workflow.basedir)
+put_interpreter_on_path()  # validates the whole config (key-path errors) before any job runs
+
+
+wildcard_constraints:
+    dataset="|".join(PIPE.cfg.datasets),
+    model="|".join(PIPE.cfg.models),
+    pair="|".join(PIPE.cfg.pairs),
+    setting="|".join(PIPE.cfg.eval_settings),
+    table="|".join(PIPE.cfg.tables) or "none",
+    figure="|".join(PIPE.cfg.figures) or "none",
+    method="[a-z][a-z0-9_]*",
+    seed=r"\d+",
+    target=TARGET_PATTERN,
+
+
+def _run(wildcards):
+    kind, group = (
+        ("joint", wildcards.pair) if hasattr(wildcards, "pair") else ("single", wildcards.model)
+    )
+    return Run(kind, group, wildcards.method, int(wildcards.seed))
+
+
+def train_inputs(wildcards):
+    return PIPE.train_inputs(_run(wildcards))
+
+
+def train_params(wildcards):
+    return as_json(PIPE.train_config(_run(wildcards)))
+
+
+def train_gpus(wildcards):
+    return PIPE.gpus(_run(wildcards))
+
+
+def table_inputs(wildcards):
+    return PIPE.table(wildcards.table)[0]
+
+
+def table_spec(wildcards):
+    return as_json(PIPE.table(wildcards.table)[1])
+
+
+def figure_inputs(wildcards):
+    return PIPE.figure(wildcards.figure)[0]
+
+
+def figure_spec(wildcards):
+    return as_json(PIPE.figure(wildcards.figure)[1])
+
+
+def eval_inputs(wildcards):
+    return PIPE.eval_inputs(wildcards.setting, wildcards.target)
+
+
+def eval_source(wildcards):
+    return as_json(PIPE.eval_source(wildcards.target))
+
+
+def eval_settings(wildcards):
+    return as_json(PIPE.eval_settings(wildcards.setting))
+
+
+def eval_gpus(wildcards):
+    return PIPE.eval_gpus(wildcards.target)
+
+
+def agent_spec(wildcards):
+    return as_json(PIPE.agent_params(wildcards.model))
+
+
+def dataset_spec(wildcards):
+    return PIPE.dataset_params(wildcards.dataset)
+
+
+# A warm worker pre-imports torch/transformers once for the many short local jobs (hacpo.pipeline.hooks).
+onstart:
+    start_worker(workflow.local_exec)
+
+
+onsuccess:
+    stop_worker()
+
+
+onerror:
+    stop_worker()

@@ -1,0 +1,50 @@
+# Data: synthetic problems or registry datasets → results/data/<dataset>.jsonl (+ manifest); tiny agents.
+
+
+rule prepare_data:
+    output:
+        data="results/data/{dataset}.jsonl",
+        manifest="results/data/{dataset}.manifest.json",
+    log:
+        "results/logs/data/{dataset}.log",
+    localrule: True  # downloads happen on the submit host (cluster nodes are often offline)
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        spec=dataset_spec,
+    shell:
+        "hacpo dataset --name {wildcards.dataset} --spec {params.spec:q} --out {output.data}"
+        " --manifest {output.manifest} --cache resources/datasets > {log} 2>&1"
+
+
+rule data_manifest:
+    input:
+        [f.replace(".jsonl", ".manifest.json") for f in PIPE.data_manifest_inputs()],
+    output:
+        report("results/data/manifest.json", category="Data", caption="../report/manifest.rst"),
+    log:
+        "results/logs/data/manifest.log",
+    localrule: True
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    shell:
+        "hacpo manifest --out {output} {input} > {log} 2>&1"
+
+
+rule build_agent:
+    input:
+        train=PIPE.dataset_file(PIPE.cfg.sft.train) if PIPE.cfg.sft else [],
+        dev=PIPE.dataset_file(PIPE.cfg.sft.dev) if PIPE.cfg.sft else [],
+    output:
+        "results/agents/{model}/agent.json",
+    log:
+        "results/logs/agents/{model}.log",
+    benchmark:
+        "results/benchmarks/agents/{model}.tsv"
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        spec=agent_spec,
+    shell:
+        "hacpo build-agent --spec {params.spec:q} --train {input.train} --dev {input.dev}"
+        " --out results/agents/{wildcards.model} > {log} 2>&1"
