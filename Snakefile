@@ -9,7 +9,7 @@ min_version("9.0")
 # Each config file is complete (not an overlay): `--configfile config/paper.yaml` replaces the default.
 if not config:
 
-    configfile: "config/config.yaml"
+    configfile: f"{workflow.basedir}/config/config.yaml"
 
 
 report: "workflow/report/workflow.rst"

@@ -56,8 +56,8 @@ if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! comm
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1
   fi
   trap '[ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d' EXIT
-  apt-get update -qq || die "apt-get update failed (no reachable package mirror?)" 3
-  apt-get install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null \
+  apt-get -o DPkg::Lock::Timeout=300 update -qq || die "apt-get update failed (no reachable package mirror?)" 3
+  apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends slurmctld slurmd slurm-client munge >/dev/null \
     || die "apt-get install slurmctld slurmd slurm-client munge failed (packages unavailable?)" 3
   [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
   trap - EXIT

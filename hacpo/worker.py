@@ -258,7 +258,7 @@ class _Job:
 
 
 class _Server:
-    def __init__(self, path: str, idle_timeout_s: float, parent_pid: int | None):
+    def __init__(self, path: str, idle_timeout_s: float | None, parent_pid: int | None):
         self.path = os.path.abspath(path)
         self.idle_timeout_s = idle_timeout_s
         self.parent_pid = parent_pid
@@ -343,7 +343,7 @@ class _Server:
         while not (self.stopping and not any(j.pid for j in self.jobs)):
             now = time.monotonic()
             deadlines = [j.kill_at for j in self.jobs if j.kill_at is not None]
-            if not self.jobs and not self.stopping:
+            if not self.jobs and not self.stopping and self.idle_timeout_s is not None:
                 deadlines.append(self.last + self.idle_timeout_s)
             timeout = max(0.0, min(deadlines) - now) if deadlines else None
             for key, _ in self.sel.select(timeout):
@@ -357,7 +357,11 @@ class _Server:
                     job.kill_at = None
             if self.jobs:
                 self.last = now
-            elif not self.stopping and now - self.last >= self.idle_timeout_s:
+            elif (
+                not self.stopping
+                and self.idle_timeout_s is not None
+                and now - self.last >= self.idle_timeout_s
+            ):
                 _log(f"idle for {self.idle_timeout_s:g} s: exiting")
                 return
 
@@ -435,7 +439,8 @@ class _Server:
         try:
             req = json.loads(bytes(job.buf).partition(b"\n")[0])
         except ValueError:
-            req = {}
+            req = None
+        req = req if isinstance(req, dict) else {}
         op = req.get("op")
         if op == "ping":
             self.send(job, {"pid": os.getpid()})
@@ -525,6 +530,7 @@ class _Server:
             os.environ.update(req["env"])
             os.environ.pop(ENV_VAR, None)  # hacpo.cli.main must run here, never delegate back to us
             _reseed()
+            _reapply_import_time_env()
             _adopt_stdio()
             sys.argv = ["hacpo", *req["argv"]]
             from hacpo.cli import main
@@ -578,6 +584,19 @@ def _reseed() -> None:
         np_random.seed()
 
 
+def _reapply_import_time_env() -> None:
+    """Some settings are read once, when a library loads, so the server's environment fixed them. Re-apply
+    the ones a job sets: the temp dir (Snakemake's ``tmpdir`` resource) and the thread count (Snakemake sets
+    ``OMP_NUM_THREADS`` to the job's threads; libgomp read it when torch loaded in the server)."""
+    tempfile = sys.modules.get("tempfile")
+    if tempfile is not None:
+        tempfile.tempdir = None  # recomputed from $TMPDIR on next use
+    torch = sys.modules.get("torch")
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))
+
+
 def _adopt_stdio() -> None:
     """Keep the interpreter's stream objects (fds 0-2 now are the client's) but buffer as Python would for
     the client's files: line-buffered stdout on a terminal or with PYTHONUNBUFFERED."""
@@ -606,10 +625,15 @@ def _ensure_std_fds() -> None:
 
 
 def serve(
-    socket_path: str, *, preload: bool = True, idle_timeout_s: float = 600, parent_pid: int | None = None
+    socket_path: str,
+    *,
+    preload: bool = True,
+    idle_timeout_s: float | None = 600,
+    parent_pid: int | None = None,
 ) -> None:
     """Serve requests on ``socket_path`` until stopped, signalled, idle for ``idle_timeout_s`` with nothing
-    running, or ``parent_pid`` exits. Raises RuntimeError if a live server already owns the path."""
+    running (None: never), or ``parent_pid`` exits. Raises RuntimeError if a live server owns the path.
+    Meant to be a process's main: it installs handlers for SIGTERM/SIGINT/SIGHUP (they stop the server)."""
     _ensure_std_fds()
     server = _Server(socket_path, idle_timeout_s, parent_pid)
     try:
@@ -619,7 +643,7 @@ def serve(
             return
         if preload:
             _preload()
-        _log(f"serving on {server.path} (idle timeout {idle_timeout_s:g} s, parent {parent_pid})")
+        _log(f"serving on {server.path} (idle timeout {idle_timeout_s} s, parent {parent_pid})")
         server.run()
     finally:
         server.close()

@@ -207,6 +207,25 @@ def test_no_server_runs_in_process(server, sockdir, monkeypatch):
     assert ping(server[0]) == server[1]
 
 
+def test_worker_command_line(sockdir):
+    import argparse
+
+    from hacpo.worker import add_cli
+
+    p = argparse.ArgumentParser(prog="hacpo")
+    add_cli(p.add_subparsers(dest="command", required=True))
+    args = p.parse_args(["worker", "serve", "--socket", "s", "--idle-timeout", "5", "--no-preload"])
+    assert (args.action, args.socket, args.idle_timeout, args.no_preload, args.parent_pid) == (
+        "serve",
+        "s",
+        5,
+        True,
+        None,
+    )
+    args = p.parse_args(["worker", "stop", "--socket", str(sockdir / "absent.sock")])
+    assert args.func(args) == 1  # no server: says so, fails
+
+
 def _serve(sock: str, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "hacpo.worker", "serve", "--socket", sock, "--no-preload", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -217,6 +236,11 @@ def _serve(sock: str, *args: str) -> subprocess.Popen:
 def test_idle_timeout_exits_and_removes_socket(sockdir):
     sock = str(sockdir / "w" / "s.sock")
     proc = _serve(sock, "--idle-timeout", "1")
+    client, _ = _blocked_client(sock, proc.pid)
+    time.sleep(2.5)
+    assert proc.poll() is None  # a running job is not idleness
+    client.communicate("{}\n", timeout=120)
+    assert client.returncode == 2
     assert proc.wait(timeout=30) == 0
     assert not os.path.exists(sock)
 
@@ -300,7 +324,7 @@ def test_preloaded_server_runs_eval_fast(sockdir, small_agent, toy_data):
     ]
     try:
         t0 = time.perf_counter()
-        r = _run(sock, *argv, "--out", str(sockdir / "worker"))
+        r = _run(sock, *argv, "--out", str(sockdir / "worker"), env=_env(sock, OMP_NUM_THREADS="1"))
         t_worker = time.perf_counter() - t0
         assert r.returncode == 0, r.stderr
         t0 = time.perf_counter()

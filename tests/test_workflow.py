@@ -1,29 +1,207 @@
-"""The Snakefile resolves and lints (the full DAG of issue 4 will extend these checks)."""
+"""The Snakemake workflow: lint and format, the full paper DAG with the slurm profile, one pair = exactly its
+jobs, and the CI config end to end — interrupted mid-training, then resumed without redoing finished jobs."""
 
 from __future__ import annotations
 
+import copy
+import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pandas as pd
+import pytest
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]  # a core dependency, in the same environment as pytest
+SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
+PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
 
 
-def test_dry_run_resolves_the_default_target(tmp_path):
-    out = subprocess.run(
-        [
-            *SNAKEMAKE,
-            "-n",
-            "--snakefile",
-            str(ROOT / "Snakefile"),
-            "--directory",
-            str(tmp_path),
-            "--quiet",
-            "rules",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert "train_joint" in out.stdout and "all" in out.stdout
+def run(args, cwd=ROOT, check=True, timeout=600, **kw):
+    out = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, **kw)
+    if check and out.returncode:
+        raise AssertionError(
+            f"{' '.join(map(str, args))} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}"
+        )
+    return out
+
+
+def job_counts(configfile: Path, workdir: Path, profile: str | None = None) -> dict[str, int]:
+    """Jobs per rule of a dry run, from Snakemake's own summary table."""
+    args = [
+        *SNAKEMAKE,
+        "-n",
+        "--quiet",
+        "rules",
+        "--configfile",
+        str(configfile),
+        "--directory",
+        str(workdir),
+    ]
+    if profile:
+        args += ["--workflow-profile", str(ROOT / "profiles" / profile)]
+    out = run(args).stdout
+    stats = out[out.index("Job stats:") :].splitlines()[3:]
+    counts = {}
+    for line in stats:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_lint_and_format_are_clean():
+    lint = run([*SNAKEMAKE, "--lint"])
+    assert "Congratulations" in lint.stdout + lint.stderr
+    run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/"])
+
+
+def test_default_config_dry_run_resolves_every_table(tmp_path):
+    counts = job_counts(ROOT / "config" / "config.yaml", tmp_path)
+    assert counts == {
+        "prepare_data": 4,
+        "data_manifest": 1,
+        "build_agent": 4,
+        "train_single": 30,
+        "train_joint": 26,
+        "evaluate": 80,
+        "table": 10,
+        "figure": 2,
+        "all": 1,
+    }
+
+
+def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_jobs(tmp_path):
+    counts = job_counts(ROOT / "config" / "paper.yaml", tmp_path / "a", profile="slurm")
+    assert counts == {
+        "prepare_data": 8,  # MATH train + seven benchmarks
+        "data_manifest": 1,
+        "train_single": 39,  # shared/spec/paper-results.md §5
+        "train_joint": 27,
+        "evaluate": 100,
+        "table": 10,
+        "figure": 2,
+        "all": 1,
+    }
+    # A new model combination is one config entry (+ a table that shows it): 2 joint runs, 2 × 2 evaluations;
+    # its models' single-agent baselines already exist, so nothing else is added.
+    cfg = copy.deepcopy(PAPER)
+    cfg["pairs"]["q8b_l1b"] = {
+        "agents": ["qwen3_8b_base", "llama3p2_1b_instruct"],
+        "heterogeneity": "model",
+        "gpus": 8,
+    }
+    cfg["tables"]["table9"]["pairs"].append("q8b_l1b")
+    extended = tmp_path / "extended.yaml"
+    extended.write_text(yaml.safe_dump(cfg))
+    more = job_counts(extended, tmp_path / "b", profile="slurm")
+    assert {k: more[k] - counts[k] for k in counts} == {
+        **{k: 0 for k in counts},
+        "train_joint": 2,
+        "evaluate": 4,
+    }
+
+
+def test_bad_config_fails_before_any_job_with_the_key_path(tmp_path):
+    cfg = copy.deepcopy(PAPER)
+    cfg["pairs"]["q1p7b_q4b"]["hacpo"]["cross_clip_low"] = 0.2  # δ where 1−δ is meant
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(cfg))
+    out = run([*SNAKEMAKE, "-n", "--configfile", str(bad), "--directory", str(tmp_path)], check=False)
+    assert out.returncode != 0
+    assert "pairs.q1p7b_q4b.hacpo.cross_clip_low" in out.stdout + out.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def _wait_for(predicate, timeout: float, proc=None) -> None:
+    t0 = time.time()
+    while not predicate():
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"snakemake ended early (rc {proc.returncode})")
+        if time.time() - t0 > timeout:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
+    """The CI config through the whole DAG. Snakemake is killed while a joint run is past a checkpoint;
+    the rerun resumes that run from the checkpoint and redoes no finished job; then every table is checked."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg["training"] |= {"steps": 6, "checkpoint_every": 2}
+    configfile = tmp_path / "ci.yaml"
+    configfile.write_text(yaml.safe_dump(cfg))
+    work = tmp_path / "w"
+    args = [
+        *SNAKEMAKE,
+        "-c2",
+        "--configfile",
+        str(configfile),
+        "--directory",
+        str(work),
+        "--rerun-incomplete",
+    ]
+    runs = work / "results" / "runs"
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        _wait_for(
+            lambda: (
+                list(runs.glob("joint/*/*/seed*/checkpoints/*/step-2"))
+                and list(runs.glob("*/*/*/*/done.json"))
+            ),
+            300,
+            proc,
+        )
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    finished = {p: p.stat().st_mtime_ns for p in runs.glob("*/*/*/*/done.json")}
+    interrupted = [
+        p.parents[2]
+        for p in runs.glob("joint/*/*/seed*/checkpoints/*/step-2")
+        if not (p.parents[2] / "done.json").exists()
+    ]
+    assert finished and interrupted, "the kill should fall between finished and unfinished runs"
+
+    out = run(args, cwd=ROOT, timeout=900)
+    assert "Nothing to be done" not in out.stdout + out.stderr
+    for p, mtime in finished.items():  # finished jobs were not redone
+        assert p.stat().st_mtime_ns == mtime, p
+    for (
+        run_dir
+    ) in interrupted:  # interrupted runs resumed from their checkpoint (nothing lost, nothing moved)
+        rel = run_dir.relative_to(runs)
+        train_log = (work / "results" / "logs" / "train" / rel).with_suffix(".log")
+        assert "resuming" in train_log.read_text(), train_log
+        steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        assert steps == list(range(6))
+    assert not list(runs.glob("**/*.superseded-*"))
+
+    tables = work / "results" / "tables"
+    t1 = pd.read_csv(tables / "table1.csv")
+    expected = {(m, meth) for m in ("llama", "qwen") for meth in ("base", "gspo", "naive", "hacpo")}
+    for column in ("ci_test", "ci_test_k4", "avg"):
+        cells = t1[t1["column"] == column]
+        assert set(zip(cells["model"], cells["method"], strict=True)) == expected, column
+        assert cells["ours"].between(0, 1).all()
+    assert t1[t1["column"] == "ci_test"]["paper"].isna().all()  # this pair is a Table 9 block, not Table 1
+    t5 = pd.read_csv(tables / "table5.csv").set_index("column")["ours"]
+    assert abs(t5["s_homo_mean"] - 1) < 1e-3 and t5["s_hete_range"] >= 0
+    t7 = pd.read_csv(tables / "table7.csv")
+    assert (t7["ours"].dropna() > 0).all() and set(t7["method"]) == {"gspo", "hacpo"}
+    for name in ("table4", "table6", "table8", "alpha_ablation"):
+        assert pd.read_csv(tables / f"{name}.csv")["ours"].notna().any(), name
+        assert (tables / f"{name}.md").read_text().startswith("# ") and (
+            tables / f"{name}.tex"
+        ).stat().st_size
+    assert (work / "results" / "figures" / "figure2.png").stat().st_size > 10_000
+    manifest = json.loads((work / "results" / "data" / "manifest.json").read_text())
+    assert set(manifest["datasets"]) == {"ci_train", "ci_dev", "ci_test"}

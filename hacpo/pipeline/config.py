@@ -284,7 +284,8 @@ class PipelineConfig(_Strict):
 
         def need(path: str, name, pool, what: str) -> None:
             if name not in pool:
-                errs.append(f"{path}: unknown {what} {name!r}; known: {', '.join(sorted(pool)) or '(none)'}")
+                known = ", ".join(sorted(pool)) or "(none)"
+                errs.append(f"{path}: {name!r} is not a known {what}; known: {known}")
 
         for key in ("train_data", "val_data"):
             if getattr(self, key) is not None:

@@ -20,6 +20,7 @@ import json
 import math
 import resource
 import shutil
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -208,6 +209,7 @@ class LocalTrainer:
         steps = checkpoint_steps(self.out, [a.name for a in self.agents])
         start = steps[-1] if steps else 0
         if start:
+            print(f"resuming {self.out} from its step-{start} checkpoint", file=sys.stderr, flush=True)
             self._load_checkpoint(start)
         self.metrics.truncate_to(start)
         self.validation.truncate_to(start if start else -1)

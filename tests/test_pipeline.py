@@ -1,0 +1,242 @@
+"""hacpo.pipeline: the config schema (shipped configs pass, a corpus of bad ones fails naming the key) and the
+config → runs/paths/parameters logic the Snakemake rules rely on. No Snakemake here (see test_workflow.py)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hacpo.config import load_train_config
+from hacpo.pipeline import ConfigError, Pipeline, Run
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {
+    name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in ("config", "paper", "ci")
+}
+
+
+def pipe(name: str = "config", **changes) -> Pipeline:
+    cfg = copy.deepcopy(CONFIGS[name])
+    cfg.update(changes)
+    return Pipeline(cfg, base_dir=str(ROOT))
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_shipped_configs_validate_and_every_run_config_is_a_valid_train_config(name):
+    p = pipe(name)
+    assert p.runs, "every shipped config trains something"
+    for run in p.runs:
+        cfg = load_train_config(p.train_config(run))  # the exact JSON the train rule passes
+        assert cfg.out_dir == run.dir and cfg.seed == run.seed
+    for t in p.cfg.tables:
+        files, spec = p.table(t)
+        assert spec["kind"] == p.cfg.tables[t].kind and spec["title"]
+    for f in p.cfg.figures:
+        assert p.figure(f)[1]["panels"]
+
+
+def test_paper_config_matches_the_paper_run_inventory():
+    """shared/spec/paper-results.md §5: 39 single-agent runs and 27 joint runs (no 150-step reuse)."""
+    runs = pipe("paper").runs
+    assert sum(r.kind == "single" for r in runs) == 39
+    assert sum(r.kind == "joint" for r in runs) == 27
+    single_models = {r.group for r in runs if r.kind == "single" and r.method == "grpo"}
+    assert len(single_models) == 7  # every model's GRPO once, shared by all its pairs
+
+
+def test_single_agent_baselines_are_shared_across_pairs():
+    p = pipe("config")
+    # `big` is in the size, model, size_b and state_b pairs: one GSPO seed-42 run, with no pair in its path
+    gspo_big = [r for r in p.runs if r == Run("single", "big", "gspo", 42)]
+    assert len(gspo_big) == 1 and "/size/" not in gspo_big[0].dir
+    assert (
+        p.target("gspo", "size", "big", 42)
+        == p.target("gspo", "model", "big", 42)
+        == "single/big/gspo/seed42"
+    )
+    assert p.target("hacpo", "size", "big", 42) == "joint/size/hacpo/seed42/big"
+    assert p.target("base", "size", "big", 42) == "base/big"
+
+
+def test_hyper_parameters_layer_global_then_pair_then_method():
+    cfg = copy.deepcopy(CONFIGS["config"])
+    cfg["pairs"]["size"]["train"] = {"lr": 1e-5}
+    cfg["methods"] = {"long_hacpo": {"method": "hacpo", "train": {"steps": 50, "lr": 2e-5}}}
+    cfg["figures"]["figure3"]["methods"] = ["long_hacpo", "hacpo_no_clip"]
+    p = Pipeline(cfg, base_dir=str(ROOT))
+    joint = p.train_config(Run("joint", "size", "hacpo", 42))
+    assert (joint["alpha"], joint["cross_clip_low"], joint["delta_step"], joint["lr"]) == (
+        1.0,
+        0.8,
+        0.025,
+        1e-5,
+    )
+    state = p.train_config(Run("joint", "state", "hacpo", 42))
+    assert (state["alpha"], state["delta_step"], state["lr"]) == (3.0, 0.01, 3e-5)
+    long = p.train_config(Run("joint", "size_b", "long_hacpo", 42))
+    assert (long["method"], long["steps"], long["lr"]) == ("hacpo", 50, 2e-5)
+    single = p.train_config(Run("single", "small", "gspo", 42))
+    assert "alpha" not in single and single["agents"] == [{"name": "small", "path": "results/agents/small"}]
+    assert Run("joint", "size_b", "long_hacpo", 42) in p.runs
+
+
+def test_alpha_table_reuses_the_default_run_at_the_pairs_own_alpha():
+    p = pipe("config")
+    methods = {r.method for r in p.runs if r.group == "size" and r.kind == "joint"}
+    assert "hacpo_alpha1" not in methods and {"hacpo_alpha0", "hacpo_alpha2", "hacpo_alpha3"} <= methods
+    _, spec = p.table("alpha_ablation")
+    row = next(r for r in spec["rows"] if r["block"] == "size" and r["model"] == "small")
+    assert row["evals"]["1"] == ["results/eval/main/joint/size/hacpo/seed42/small/toy_test.json"]
+    assert [c["paper_method"] for c in spec["columns"]] == [f"hacpo_alpha{a}" for a in range(4)]
+
+
+def test_table_specs_point_at_the_files_the_rules_make():
+    p = pipe("config")
+    files, spec = p.table("table1")
+    assert all(f.endswith("summary.json") for f in files)
+    rows = {(r["block"], r["model"], r["method"]) for r in spec["rows"]}
+    assert len(rows) == 3 * 2 * 6 and ("model", "qwen", "naive") in rows
+    for r in spec["rows"]:
+        for paths in r["evals"].values():
+            for path in paths:
+                assert str(Path(path).parent / "summary.json") in files
+    hacpo_row = next(
+        r for r in spec["rows"] if r["block"] == "size" and r["model"] == "small" and r["method"] == "hacpo"
+    )
+    assert (
+        hacpo_row["paper_block"] == "Qwen3-1.7B-Base+Qwen3-4B-Base"
+        and hacpo_row["paper_model"] == "Qwen3-1.7B-Base"
+    )
+    assert spec["compare_to"] == "gspo_x2" and spec["paper_delta"] is False and spec["avg"] is True
+    files7, spec7 = p.table("table7")
+    assert all(f.endswith("done.json") for f in files7)
+    assert {r["method"] for r in spec7["rows"]} == {"gspo", "gspo_updates_x2", "gspo_x2", "hacpo"}
+
+
+def test_evaluation_targets_round_trip():
+    p = pipe("config")
+    assert p.run_of_target("base/qwen") == (None, "qwen")
+    assert p.run_of_target("joint/size/hacpo/seed42/big") == (Run("joint", "size", "hacpo", 42), "big")
+    assert p.run_of_target("single/big/gspo/seed0") == (Run("single", "big", "gspo", 0), "big")
+    assert p.eval_source("joint/size/hacpo/seed42/big") == {
+        "run": "results/runs/joint/size/hacpo/seed42",
+        "agent": "big",
+    }
+    assert p.eval_inputs("main", "base/qwen") == [
+        "results/data/toy_test.jsonl",
+        "results/data/toy_test_200.jsonl",
+        "results/agents/qwen/agent.json",
+    ]
+    for bad in ("joint/size/hacpo/seed42", "base/Big", "single/big/gspo"):
+        with pytest.raises(ValueError):
+            p.run_of_target(bad)
+
+
+def test_hub_models_need_no_build_and_paper_eval_settings_follow_the_protocol():
+    p = pipe("paper")
+    assert p.model_inputs("qwen3_4b_base") == [] and p.model_path("qwen3_4b_base") == "Qwen/Qwen3-4B-Base"
+    s8, s4 = p.eval_settings("len8k"), p.eval_settings("len4k")
+    assert (
+        s8["max_new_tokens"] == 8196
+        and s4["max_new_tokens"] == 4096
+        and list(s4["benchmarks"]) == ["math500"]
+    )
+    assert len(s8["benchmarks"]) == 7
+    aime = s8["benchmarks"]["aime2025"]
+    assert (aime["metric"], aime["k"], aime["greedy"]) == ("avg@32", 32, False)
+    assert s8["benchmarks"]["math500"]["greedy"] is True
+    assert p.gpus(Run("joint", "q1p7b_q4b", "hacpo", 42)) == 8
+
+
+def _bad(path: str, value):
+    """A copy of the CI config with ``value`` set at the dotted ``path`` (None deletes the key)."""
+    cfg = copy.deepcopy(CONFIGS["ci"])
+    *parents, last = path.split(".")
+    node = cfg
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if value is None:
+        del node[last]
+    elif isinstance(node, list):
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return cfg
+
+
+BAD = [
+    ("seeds", None, "seeds: Field required"),
+    ("seeds", ["a"], "seeds.0: Input should be a valid integer"),
+    ("engine", "deepspeed", "engine: Input should be 'local' or 'openrlhf'"),
+    (
+        "pairs.mixed.hacpo.cross_clip_low",
+        0.2,
+        "pairs.mixed.hacpo.cross_clip_low: Input should be greater than or equal to 0.5",
+    ),
+    ("pairs.mixed.agents", ["llama", "llama"], "pairs.mixed: a pair needs distinct models"),
+    (
+        "pairs.mixed.agents",
+        ["llama", "mistral"],
+        "pairs.mixed.agents.1: 'mistral' is not a known model; known: llama, qwen",
+    ),
+    (
+        "pairs.mixed.heterogeneity",
+        "sizes",
+        "pairs.mixed.heterogeneity: Input should be 'state', 'size' or 'model'",
+    ),
+    ("training.learning_rate", 1e-3, "training: unknown training key(s) ['learning_rate']"),
+    ("training.out_dir", "x", "training: unknown training key(s) ['out_dir']"),
+    ("models.llama.hub", "meta-llama/Llama-3.2-1B", "models.llama: give exactly one of `hub:`"),
+    ("models.Llama", {"hub": "x"}, "models.Llama.[key]: String should match pattern"),
+    ("tables.table1.pairs", ["nope"], "tables.table1.pairs.0: 'nope' is not a known pair; known: mixed"),
+    ("tables.table1.methods", ["base", "ppo"], "tables.table1.methods.1: 'ppo' is not a known method"),
+    ("tables.table1.eval", "long", "tables.table1.eval: 'long' is not a known eval setting; known: main"),
+    (
+        "tables.table1.kind",
+        "accuracies",
+        "tables.table1: Input tag 'accuracies' found using 'kind' does not match",
+    ),
+    ("tables.table5.agent", "mistral", "tables.table5.agent: 'mistral' is not a known agent of pair 'mixed'"),
+    (
+        "tables.table5.method",
+        "gspo",
+        "tables.table5.method: 'gspo' is single-agent; s_hete needs a joint method",
+    ),
+    (
+        "tables.table6.benchmark",
+        "gsm8k",
+        "tables.table6.benchmark: 'gsm8k' is not a known benchmark of eval setting 'main'",
+    ),
+    (
+        "benchmarks.ci_test_k4.metric",
+        "avg@8",
+        "benchmarks.ci_test_k4: metric avg@8 needs ≥ 8 samples per problem",
+    ),
+    (
+        "benchmarks.ci_test.sampling",
+        {"greedy": True, "k": 4},
+        "benchmarks.ci_test.sampling: greedy decoding gives one",
+    ),
+    ("benchmarks.ci_test.dataset", "ci_tset", "benchmarks.ci_test.dataset: 'ci_tset' is not a known dataset"),
+    (
+        "datasets.ci_test",
+        {"registry": "math500", "synthetic": {"split": "test"}},
+        "datasets.ci_test: give exactly one of",
+    ),
+    ("datasets.ci_test.synthetic.families", ["add9"], "unknown synthetic families ['add9']"),
+    ("methods", {"long": {"method": "hacpo_plus"}}, "methods.long.method: unknown method 'hacpo_plus'"),
+    ("sft", None, "models.llama.warmup: warm-up models need an `sft:` section"),
+    ("surprise", 1, "surprise: Extra inputs are not permitted"),
+]
+
+
+@pytest.mark.parametrize("path,value,message", BAD, ids=[b[0] + "-" + str(i) for i, b in enumerate(BAD)])
+def test_bad_configs_are_rejected_naming_the_key(path, value, message):
+    with pytest.raises(ConfigError) as err:
+        Pipeline(_bad(path, value))
+    text = str(err.value)
+    assert message in text, text
+    assert text.startswith("invalid workflow config") and "config/README.md" in text
