@@ -107,6 +107,25 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
     }
 
 
+def test_paper_data_prep_covers_eight_datasets_at_pinned_revisions(tmp_path):
+    from hacpo.data import registry
+
+    args = [
+        *SNAKEMAKE,
+        "-n",
+        "-p",
+        "--configfile",
+        str(ROOT / "config" / "paper.yaml"),
+        "--directory",
+        str(tmp_path),
+    ]
+    out = run([*args, "results/data/manifest.json"]).stdout
+    assert out.count("rule prepare_data:") == 8
+    for name in ("math_train", "math500", "math", "gsm8k", "aime2025", "amc23", "minerva", "olympiad"):
+        spec = registry.get(name)
+        assert len(spec.revision) == 40 and f'"revision": "{spec.revision}"' in out, name
+
+
 def test_bad_config_fails_before_any_job_with_the_key_path(tmp_path):
     cfg = copy.deepcopy(PAPER)
     cfg["pairs"]["q1p7b_q4b"]["hacpo"]["cross_clip_low"] = 0.2  # δ where 1−δ is meant

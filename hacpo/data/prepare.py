@@ -141,7 +141,7 @@ def _how_to_provide(spec: DatasetSpec, cache: Path) -> str:
         f"Provide it in one of these ways: (1) pass --file PATH (config key datasets.{spec.name}.file) "
         f"pointing to a JSONL copy with the fields of {spec.hub_id}; (2) put {spec.local_file} into {cache}; "
         f"(3) run online once with `pip install datasets` and `hacpo prepare-data --dataset {spec.name} "
-        f"--cache {cache} --out data/{spec.name}.jsonl`, which downloads {spec.hub_id}{config} split "
+        f"--cache {cache} --out results/data/{spec.name}.jsonl`, which downloads {spec.hub_id}{config} split "
         f"{spec.split} at revision {spec.revision} and caches it."
     )
 
@@ -297,7 +297,7 @@ def update_manifest(entry: Mapping[str, Any], path: str | os.PathLike) -> Path:
 def cmd_prepare_data(args) -> int:
     entry = prepare_dataset(
         args.dataset,
-        args.out or f"data/{args.dataset}.jsonl",
+        args.out or f"results/data/{args.dataset}.jsonl",
         local_file=args.file,
         cache_dir=args.cache,
         allow_download=not args.offline,
@@ -323,7 +323,7 @@ def add_cli(subparsers) -> Any:
         "--cache", default=None, help="cache folder (default $HACPO_DATA_CACHE or ~/.cache/hacpo/datasets)"
     )
     p.add_argument("--offline", action="store_true", help="never download from the Hub")
-    p.add_argument("--out", default=None, help="output JSONL (.gz to compress); default data/<name>.jsonl")
+    p.add_argument("--out", default=None, help="output JSONL (.gz = gzip); default results/data/<name>.jsonl")
     p.add_argument("--manifest", default=None, help="manifest JSON to add this dataset's entry to")
     p.add_argument(
         "--no-count-check", action="store_true", help="allow a record count other than the canonical one"

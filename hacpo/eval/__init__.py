@@ -5,7 +5,7 @@ vLLM behind the same :class:`Generator` protocol, so tables do not care which en
 """
 
 from .metrics import avg_at_k, pass_at_k, summarize
-from .run import Sampling, evaluate, evaluate_setting, resolve_source
+from .run import Sampling, evaluate, evaluate_setting, rescore, resolve_source
 
 __all__ = [
     "Sampling",
@@ -13,6 +13,7 @@ __all__ = [
     "evaluate",
     "evaluate_setting",
     "pass_at_k",
+    "rescore",
     "resolve_source",
     "summarize",
 ]

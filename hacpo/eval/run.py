@@ -151,3 +151,41 @@ def evaluate_setting(
         results[name] = {"metric": metric, "value": summary[metric], **summary}
     atomic_write_json(out_dir / "summary.json", {"benchmarks": results})
     return results
+
+
+def rescore(samples: str | Path, benchmark: str | Path, out: str | Path, *, scorer_workers: int = 0) -> dict:
+    """Score saved responses again (new golds or a fixed scorer) without generating: ``samples`` is an audit
+    file of :func:`evaluate`; golds come from ``benchmark`` (by id). Writes ``out`` (summary JSON) and the
+    re-scored audit beside it (``<out stem>.samples.jsonl``)."""
+    gold = {r["id"]: r["answer"] for r in read_benchmark(benchmark)}
+    with open(samples) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    missing = sorted({r["id"] for r in rows} - set(gold))
+    if missing:
+        raise ValueError(f"{samples}: {len(missing)} problem ids not in {benchmark} (e.g. {missing[0]!r})")
+    with Scorer(workers=scorer_workers) as scorer:
+        scores = scorer.score([r["response"] for r in rows], [gold[r["id"]] for r in rows])
+    by_problem: dict[str, list[float]] = {}
+    for r, c in zip(rows, scores, strict=True):
+        r.update(gold=gold[r["id"]], extracted=extract_boxed(r["response"]), correct=bool(c))
+        by_problem.setdefault(r["id"], []).append(c)
+    correct = list(by_problem.values())
+    summary = {
+        "benchmark": Path(benchmark).stem,
+        "file": str(benchmark),
+        "rescored_from": str(samples),
+        **summarize(correct),
+        "accuracy": sum(sum(c) / len(c) for c in correct) / len(correct),
+        "changed": sum(
+            int(bool(c)) != int(bool(r0)) for r0, c in zip(_correct_before(samples), scores, strict=True)
+        ),
+    }
+    out = Path(out)
+    atomic_write_text(out.with_name(out.stem + ".samples.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
+    atomic_write_json(out, summary)
+    return summary
+
+
+def _correct_before(samples: str | Path) -> list[bool]:
+    with open(samples) as f:
+        return [json.loads(line)["correct"] for line in f if line.strip()]

@@ -86,6 +86,14 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+def cmd_rescore(args) -> int:
+    from hacpo.eval import rescore
+
+    summary = rescore(args.samples, args.benchmark, args.out, scorer_workers=args.scorer_workers)
+    print(json.dumps({k: summary[k] for k in ("benchmark", "accuracy", "changed")}))
+    return 0
+
+
 def cmd_plan(args) -> int:
     """What a config asks for: runs per kind and method, evaluation jobs, tables and figures."""
     from hacpo.pipeline import Pipeline
@@ -134,6 +142,13 @@ def add_cli(sub) -> None:
     e.add_argument("--threads", type=int, default=1)
     e.add_argument("--scorer-workers", type=int, default=0)
     e.set_defaults(func=cmd_evaluate)
+
+    r = sub.add_parser("rescore", help="score saved responses again (no generation) against a benchmark file")
+    r.add_argument("--samples", required=True, help="<bench>.samples.jsonl written by evaluate")
+    r.add_argument("--benchmark", required=True, help="benchmark JSONL with the golds (id, answer)")
+    r.add_argument("--out", required=True, help="summary JSON; the re-scored audit goes beside it")
+    r.add_argument("--scorer-workers", type=int, default=2)
+    r.set_defaults(func=cmd_rescore)
 
     p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
     p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])

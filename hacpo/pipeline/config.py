@@ -67,6 +67,15 @@ class Dataset(_Strict):
     registry: str | None = None  # a name of hacpo.data.registry (e.g. math500)
     file: str | None = None  # optional local copy of a registry dataset (skips the Hub)
 
+    @field_validator("registry")
+    @classmethod
+    def _registered(cls, v):
+        if v is not None:
+            from hacpo.data import registry
+
+            registry.get(v)  # raises naming the known datasets
+        return v
+
     @model_validator(mode="after")
     def _one_source(self):
         if (self.synthetic is None) == (self.registry is None):

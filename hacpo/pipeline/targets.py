@@ -277,6 +277,7 @@ class Pipeline:
                         {
                             **self._block(pair),
                             "model": model,
+                            "model_label": self.cfg.models[model].label or model,
                             "paper_model": self._paper_model(pair, model),
                             "method": method,
                             "label": self.label(method),
@@ -330,6 +331,7 @@ class Pipeline:
                     {
                         **self._block(t.pair),
                         "model": model,
+                        "model_label": self.cfg.models[model].label or model,
                         "paper_model": self._paper_model(t.pair, model),
                         "method": method,
                         "label": self.label(method),
@@ -361,6 +363,7 @@ class Pipeline:
                     {
                         **self._block(pair),
                         "model": model,
+                        "model_label": self.cfg.models[model].label or model,
                         "paper_model": self._paper_model(pair, model),
                         "evals": evals,
                     }
@@ -463,7 +466,14 @@ class Pipeline:
         return used
 
     def dataset_params(self, name: str) -> str:
-        return json.dumps(self.cfg.datasets[name].model_dump(exclude_none=True), sort_keys=True)
+        """The dataset's recipe; a registry dataset carries its pinned source (a new revision reruns prep)."""
+        spec = self.cfg.datasets[name].model_dump(exclude_none=True)
+        if "registry" in spec:
+            from hacpo.data import registry
+
+            r = registry.get(spec["registry"])
+            spec["source"] = {"hub": r.hub_id, "revision": r.revision, "config": r.config, "split": r.split}
+        return json.dumps(spec, sort_keys=True)
 
     def agent_params(self, model: str) -> dict:
         from hacpo.agents.warmup import load_spec_file

@@ -15,6 +15,7 @@ wildcard_constraints:
     table="|".join(PIPE.cfg.tables) or "none",
     figure="|".join(PIPE.cfg.figures) or "none",
     method="[a-z][a-z0-9_]*",
+    bench="|".join(PIPE.cfg.benchmarks),
     seed=r"\d+",
     target=TARGET_PATTERN,
 
@@ -68,6 +69,10 @@ def eval_settings(wildcards):
 
 def eval_gpus(wildcards):
     return PIPE.eval_gpus(wildcards.target)
+
+
+def rescore_benchmark(wildcards):
+    return PIPE.dataset_file(PIPE.cfg.benchmarks[wildcards.bench].dataset)
 
 
 def agent_spec(wildcards):

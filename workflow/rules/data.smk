@@ -14,7 +14,7 @@ rule prepare_data:
         spec=dataset_spec,
     shell:
         "hacpo dataset --name {wildcards.dataset} --spec {params.spec:q} --out {output.data}"
-        " --manifest {output.manifest} --cache resources/datasets > {log} 2>&1"
+        " --manifest {output.manifest} > {log} 2>&1"
 
 
 rule data_manifest:

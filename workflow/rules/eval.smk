@@ -20,3 +20,20 @@ rule evaluate:
     shell:
         "hacpo evaluate --source {params.source:q} --settings {params.settings:q} --engine {params.engine}"
         " --out results/eval/{wildcards.setting}/{wildcards.target} > {log} 2>&1"
+
+
+# On demand (not part of `all`): score saved responses again, e.g. after a gold-answer fix, without generating:
+#   snakemake results/eval/len8k/base/qwen3_4b_base/math500.rescored.json
+rule rescore:
+    input:
+        summary="results/eval/{setting}/{target}/summary.json",
+        benchmark=rescore_benchmark,
+    output:
+        "results/eval/{setting}/{target}/{bench}.rescored.json",
+    log:
+        "results/logs/eval/{setting}/{target}/{bench}.rescore.log",
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    shell:
+        "hacpo rescore --samples results/eval/{wildcards.setting}/{wildcards.target}/{wildcards.bench}.samples.jsonl"
+        " --benchmark {input.benchmark} --out {output} > {log} 2>&1"

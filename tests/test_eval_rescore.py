@@ -1,0 +1,73 @@
+"""Re-scoring saved responses without generating (issue 5: a separate rule)."""
+
+from __future__ import annotations
+
+import json
+
+from hacpo.eval import rescore
+
+
+def test_rescore_uses_the_benchmarks_current_golds(tmp_path):
+    samples = tmp_path / "b.samples.jsonl"
+    rows = [
+        {
+            "id": "p1",
+            "sample": 0,
+            "response": r"so \boxed{12}",
+            "extracted": "12",
+            "gold": "12",
+            "correct": True,
+        },
+        {
+            "id": "p1",
+            "sample": 1,
+            "response": r"\boxed{13}",
+            "extracted": "13",
+            "gold": "12",
+            "correct": False,
+        },
+        {
+            "id": "p2",
+            "sample": 0,
+            "response": r"\boxed{\frac{1}{2}}",
+            "extracted": None,
+            "gold": "7",
+            "correct": False,
+        },
+        {
+            "id": "p2",
+            "sample": 1,
+            "response": "0.5 without a box",
+            "extracted": None,
+            "gold": "7",
+            "correct": False,
+        },
+    ]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bench = tmp_path / "bench.jsonl"  # p2's gold was wrong (7) and is now fixed (0.5)
+    bench.write_text(
+        json.dumps({"id": "p1", "problem": "x", "answer": "12"})
+        + "\n"
+        + json.dumps({"id": "p2", "problem": "y", "answer": "0.5"})
+        + "\n"
+    )
+    summary = rescore(samples, bench, tmp_path / "b.rescored.json")
+    assert summary["changed"] == 1  # only the boxed 1/2 flips; the unboxed answer still scores 0
+    assert summary["avg@2"] == 0.5 and summary["pass@2"] == 1.0
+    audit = [json.loads(x) for x in (tmp_path / "b.rescored.samples.jsonl").read_text().splitlines()]
+    assert [r["correct"] for r in audit] == [True, False, True, False] and audit[2]["gold"] == "0.5"
+    assert json.loads((tmp_path / "b.rescored.json").read_text()) == summary
+
+
+def test_rescore_rejects_unknown_problem_ids(tmp_path):
+    samples = tmp_path / "s.samples.jsonl"
+    samples.write_text(json.dumps({"id": "zz", "sample": 0, "response": "", "correct": False}) + "\n")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"id": "p1", "problem": "x", "answer": "1"}) + "\n")
+    try:
+        rescore(samples, bench, tmp_path / "o.json")
+    except ValueError as err:
+        assert "not in" in str(err) and "zz" in str(err)
+    else:
+        raise AssertionError("expected a ValueError")
+    assert not (tmp_path / "o.json").exists()
