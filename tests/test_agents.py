@@ -355,3 +355,22 @@ def test_build_agent_from_args(tmp_path, add2):
     specs.write_text("arch: {arch: llama, hidden: 32}\nlearning_rate: 1.0\n")
     with pytest.raises(ValueError, match="unknown WarmupSpec keys"):
         build_agent_from_args(SimpleNamespace(**{**vars(args), "spec": str(specs)}))
+
+
+def test_prompts_disable_qwen3_thinking():
+    """Qwen3 hybrid models: the paper's prompts run with thinking disabled (enable_thinking=False)."""
+    from transformers import PreTrainedTokenizerFast
+
+    from hacpo.agents.tokenizers import build_tokenizer
+    from hacpo.agents.warmup import prompt_ids
+    from hacpo.data.synthetic import Problem
+
+    tok = build_tokenizer("char")
+    assert isinstance(tok, PreTrainedTokenizerFast)
+    # Qwen3's template inserts an empty think block when thinking is disabled; mimic that one branch.
+    tok.chat_template = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if enable_thinking is defined and enable_thinking is false %}<think></think>{% endif %}"
+    )
+    ids = prompt_ids(tok, Problem("p", "12+34", "46", "add2", 0), "compact")
+    assert tok.decode(ids).endswith("12+34=<think></think>")

@@ -108,6 +108,7 @@ def prompt_ids(tokenizer, problem: Problem, style: str) -> list[int]:
         [{"role": "user", "content": user_message(problem, style)}],
         add_generation_prompt=True,
         tokenize=False,
+        enable_thinking=False,  # Qwen3 hybrid models: the paper disables thinking; other templates ignore it
     )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
