@@ -217,6 +217,13 @@ def _preload() -> None:
             getattr(sys.modules["transformers"], attr)
         except Exception as err:
             _log(f"preload: transformers.{attr} unavailable ({type(err).__name__}: {err})")
+    try:  # math-verify builds its LaTeX parser on first use (~0.7 s): pay it once, here (pure Python)
+        from hacpo.reward import Scorer
+
+        with Scorer(workers=0) as scorer:
+            scorer.score([r"\boxed{\sqrt{2}x}"], ["x*sqrt(2)"])
+    except Exception as err:
+        _log(f"preload: math-verify warm-up failed ({type(err).__name__}: {err})")
     gc.collect()
     gc.freeze()  # preloaded objects never get GC-touched in children: their pages stay shared
     threads = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]

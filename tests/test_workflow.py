@@ -72,6 +72,7 @@ def test_default_config_dry_run_resolves_every_table(tmp_path):
         "evaluate": 80,
         "table": 10,
         "figure": 2,
+        "collect_profiles": 1,
         "all": 1,
     }
 
@@ -86,6 +87,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
         "evaluate": 100,
         "table": 10,
         "figure": 2,
+        "collect_profiles": 1,
         "all": 1,
     }
     # A new model combination is one config entry (+ a table that shows it): 2 joint runs, 2 × 2 evaluations;

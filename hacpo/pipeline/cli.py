@@ -94,6 +94,45 @@ def cmd_rescore(args) -> int:
     return 0
 
 
+def cmd_profiles(args) -> int:
+    """One CSV row per training run: wall time, per-phase split and peak memory from the run's profile.json,
+    beside Snakemake's benchmark TSV of the job (host wall time and RSS of the whole job)."""
+    import csv
+    import io
+
+    from hacpo.runio import atomic_write_text
+
+    rows = []
+    for run_dir, bench in zip(args.runs, args.benchmarks, strict=True):
+        prof = json.loads((Path(run_dir) / "profile.json").read_text())
+        cfg = json.loads((Path(run_dir) / "run.json").read_text())["config"]
+        with open(bench) as f:
+            tsv = next(csv.DictReader(f, delimiter="\t"))
+        rows.append(
+            {
+                "run": run_dir,
+                "method": cfg["method"],
+                "agents": "+".join(a["name"] for a in cfg["agents"]),
+                "seed": cfg["seed"],
+                "steps": prof["steps"],
+                "train_s": round(prof["wall_s"], 3),
+                **{f"{k}_s": round(v, 3) for k, v in prof["phase_s"].items()},
+                "tokens_per_s": round(prof["tokens_per_s"], 1),
+                "peak_rss_mb": round(prof["peak_rss_mb"], 1),
+                "peak_gpu_mem_mb": prof.get("peak_gpu_mem_mb"),
+                "job_s": float(tsv["s"]),
+                "job_max_rss_mb": tsv["max_rss"],
+            }
+        )
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(args.out, buf.getvalue())
+    return 0
+
+
 def cmd_plan(args) -> int:
     """What a config asks for: runs per kind and method, evaluation jobs, tables and figures."""
     from hacpo.pipeline import Pipeline
@@ -149,6 +188,12 @@ def add_cli(sub) -> None:
     r.add_argument("--out", required=True, help="summary JSON; the re-scored audit goes beside it")
     r.add_argument("--scorer-workers", type=int, default=2)
     r.set_defaults(func=cmd_rescore)
+
+    f = sub.add_parser("profiles", help="collect every run's time and peak memory into one CSV")
+    f.add_argument("--out", required=True)
+    f.add_argument("--runs", nargs="+", required=True, help="run directories")
+    f.add_argument("--benchmarks", nargs="+", required=True, help="Snakemake benchmark TSVs, same order")
+    f.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
     p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])

@@ -82,6 +82,11 @@ class Run:
     def done(self) -> str:
         return f"{self.dir}/done.json"
 
+    @property
+    def benchmark(self) -> str:
+        """Snakemake's benchmark TSV of the training job (host wall time, RSS)."""
+        return f"{R}/benchmarks/train/{self.kind}/{self.group}/{self.method}/seed{self.seed}.tsv"
+
 
 class Pipeline:
     def __init__(self, config: dict | PipelineConfig, base_dir: str | None = None):
@@ -452,7 +457,13 @@ class Pipeline:
     def final_targets(self) -> list[str]:
         files = [f"{R}/tables/{t}.{ext}" for t in self.cfg.tables for ext in ("csv", "md", "tex")]
         files += [f"{R}/figures/{f}.png" for f in self.cfg.figures]
-        return files + [f"{R}/data/manifest.json"]
+        return files + [f"{R}/data/manifest.json", f"{R}/profiles.csv"]
+
+    def named_target(self, name: str) -> list[str]:
+        """Files of one table (csv, md, tex) or figure (png): the `snakemake <name>` target."""
+        if name in self.cfg.tables:
+            return [f"{R}/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
+        return [f"{R}/figures/{name}.png"]
 
     def data_manifest_inputs(self) -> list[str]:
         return [self.dataset_file(d) for d in sorted(self.used_datasets())]

@@ -9,6 +9,8 @@ rule evaluate:
         "results/eval/{setting}/{target}/summary.json",
     log:
         "results/logs/eval/{setting}/{target}.log",
+    benchmark:
+        "results/benchmarks/eval/{setting}/{target}.tsv"
     conda:
         "../../envs/hacpo-cpu.yaml"
     resources:

@@ -42,3 +42,31 @@ rule figure:
         spec=figure_spec,
     shell:
         "hacpo report figure --spec {params.spec:q} --out-prefix results/figures/{wildcards.figure} > {log} 2>&1"
+
+
+# Named partial targets: `snakemake table1`, `snakemake figure2`, … build one table or figure and its runs.
+for _name in [*PIPE.cfg.tables, *PIPE.cfg.figures]:
+
+    rule:
+        name:
+            _name
+        input:
+            PIPE.named_target(_name),
+        localrule: True
+
+
+rule collect_profiles:
+    input:
+        done=[r.done for r in PIPE.runs],
+        benchmarks=[r.benchmark for r in PIPE.runs],
+    output:
+        report("results/profiles.csv", category="Profiling", caption="../report/profiles.rst"),
+    log:
+        "results/logs/profiles.log",
+    localrule: True
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        runs=[r.dir for r in PIPE.runs],
+    shell:
+        "hacpo profiles --out {output} --runs {params.runs} --benchmarks {input.benchmarks} > {log} 2>&1"

@@ -554,6 +554,9 @@ class LocalTrainer:
             "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20
             if self.device.type == "cuda"
             else None,
+            "gpu_total_mb": torch.cuda.get_device_properties(self.device).total_memory / 2**20
+            if self.device.type == "cuda"
+            else None,
         }
         atomic_write_json(self.out / "profile.json", profile)
         final = {a.name: str(self.out / "checkpoints" / a.name / f"step-{cfg.steps}") for a in self.agents}
