@@ -53,8 +53,10 @@ def evaluate(
     limit: int | None = None,
     scorer_workers: int = 0,
     name: str | None = None,
+    pass_ks: list[int] | None = None,
 ) -> dict:
-    """Writes ``{out_prefix}.samples.jsonl`` (one line per response) and ``{out_prefix}.json`` (summary)."""
+    """Writes ``{out_prefix}.samples.jsonl`` (one line per response) and ``{out_prefix}.json`` (summary:
+    avg@k and unbiased pass@k for k in {1, k} ∪ ``pass_ks``)."""
     problems = read_benchmark(benchmark, limit)
     t0 = time.perf_counter()
     responses = generator.generate(problems, sampling)
@@ -88,7 +90,7 @@ def evaluate(
     summary = {
         "benchmark": name or Path(benchmark).stem,
         "file": str(benchmark),
-        **summarize(correct),
+        **summarize(correct, sorted({1, sampling.k, *(pass_ks or [])})),
         "accuracy": sum(sum(c) / len(c) for c in correct) / len(correct),
         "sampling": asdict(sampling),
         "time_generate_s": t_gen,
@@ -141,7 +143,13 @@ def evaluate_setting(
             seed=seed,
         )
         summary = evaluate(
-            generator, b["file"], out_dir / name, sampling, scorer_workers=scorer_workers, name=name
+            generator,
+            b["file"],
+            out_dir / name,
+            sampling,
+            scorer_workers=scorer_workers,
+            name=name,
+            pass_ks=b.get("pass_ks"),
         )
         metric = b.get("metric", f"avg@{sampling.k}")
         if metric not in summary:

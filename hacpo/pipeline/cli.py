@@ -179,7 +179,7 @@ def add_cli(sub) -> None:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--scorer-workers", type=int, default=0)
+    e.add_argument("--scorer-workers", type=int, default=2, help="math-verify worker processes (hard timeouts)")
     e.set_defaults(func=cmd_evaluate)
 
     r = sub.add_parser("rescore", help="score saved responses again (no generation) against a benchmark file")

@@ -173,6 +173,7 @@ class Benchmark(_Strict):
     metric: str = Field("avg@1", pattern=r"^(avg|pass)@\d+$")
     sampling: Sampling = Sampling()
     paper: str | None = None  # paper benchmark key (math500, aime2025, …)
+    also_pass_at: list[int] = []  # extra unbiased pass@k in the summary (e.g. AIME's "best@30" reading)
     note: str | None = None
 
     @model_validator(mode="after")
@@ -182,6 +183,9 @@ class Benchmark(_Strict):
             raise ValueError(
                 f"metric {self.metric} needs ≥ {k} samples per problem; sampling.k={self.sampling.k}"
             )
+        bad = [x for x in self.also_pass_at if not 1 <= x <= self.sampling.k]
+        if bad:
+            raise ValueError(f"also_pass_at {bad}: pass@k needs 1 ≤ k ≤ sampling.k={self.sampling.k}")
         return self
 
 

@@ -200,6 +200,7 @@ class Pipeline:
                 b: {
                     "file": self.dataset_file(self.cfg.benchmarks[b].dataset),
                     "metric": self.cfg.benchmarks[b].metric,
+                    "pass_ks": self.cfg.benchmarks[b].also_pass_at,
                     **self.cfg.benchmarks[b].sampling.model_dump(),
                 }
                 for b in self.cfg.benchmarks_of(setting)
@@ -265,7 +266,13 @@ class Pipeline:
         spec = self.cfg.tables[name]
         build = getattr(self, f"_table_{spec.kind}")
         files, out = build(spec)
-        return sorted(set(files)), {**self._common(name, spec, spec.kind), **out}
+        common = self._common(name, spec, spec.kind)
+        benches = [c["key"] for c in out.get("columns", [])] + [out.get("benchmark")]
+        notes = [
+            f"{b.label or k}: {b.note}" for k, b in self.cfg.benchmarks.items() if k in benches and b.note
+        ]
+        common["note"] = " ".join([common["note"], *notes]).strip()
+        return sorted(set(files)), {**common, **out}
 
     def _table_accuracy(self, t) -> tuple[list[str], dict]:
         benches = self.cfg.benchmarks_of(t.eval) if t.benchmarks == "all" else list(t.benchmarks)

@@ -71,3 +71,37 @@ def test_rescore_rejects_unknown_problem_ids(tmp_path):
     else:
         raise AssertionError("expected a ValueError")
     assert not (tmp_path / "o.json").exists()
+
+
+class _FixedGenerator:
+    """k canned responses per problem: the i-th sample is correct iff i < (number in the problem id)."""
+
+    def generate(self, problems, sampling):
+        return [
+            [rf"\boxed{{{p['answer'] if i < int(p['id']) else 'x'}}}" for i in range(sampling.k)]
+            for p in problems
+        ]
+
+
+def test_evaluate_setting_writes_every_benchmark_then_the_summary(tmp_path):
+    from hacpo.eval import evaluate_setting
+
+    bench = tmp_path / "b.jsonl"
+    bench.write_text(
+        "".join(json.dumps({"id": str(i), "problem": "q", "answer": str(7 + i)}) + "\n" for i in (0, 2, 4))
+    )
+    settings = {
+        "max_new_tokens": 8,
+        "benchmarks": {
+            "greedy": {"file": str(bench), "metric": "avg@1"},
+            "sampled": {"file": str(bench), "metric": "avg@4", "greedy": False, "k": 4, "pass_ks": [2]},
+        },
+    }
+    results = evaluate_setting(_FixedGenerator(), settings, tmp_path / "out")
+    s = results["sampled"]  # per problem 0/4, 2/4, 4/4 correct
+    assert s["value"] == s["avg@4"] == 0.5 and s["pass@4"] == 2 / 3
+    assert abs(s["pass@2"] - (0 + (1 - 1 / 6) + 1) / 3) < 1e-12  # the "best@k" reading: unbiased pass@2
+    assert results["greedy"]["value"] == 2 / 3  # sample 0 is correct for ids 2 and 4
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert set(summary["benchmarks"]) == {"greedy", "sampled"}
+    assert (tmp_path / "out" / "sampled.samples.jsonl").read_text().count("\n") == 12
