@@ -81,7 +81,8 @@ def cmd_evaluate(args) -> int:
     from hacpo.eval.local import LocalGenerator
 
     gen = LocalGenerator(path, device=args.device, threads=args.threads)
-    results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=args.scorer_workers)
+    workers = settings.get("scorer_workers", 0) if args.scorer_workers is None else args.scorer_workers
+    results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=workers)
     print(json.dumps({k: v["value"] for k, v in results.items()}))
     return 0
 
@@ -179,7 +180,7 @@ def add_cli(sub) -> None:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--scorer-workers", type=int, default=2, help="math-verify worker processes (hard timeouts)")
+    e.add_argument("--scorer-workers", type=int, help="math-verify processes (default: the setting)")
     e.set_defaults(func=cmd_evaluate)
 
     r = sub.add_parser("rescore", help="score saved responses again (no generation) against a benchmark file")

@@ -193,6 +193,9 @@ class EvalSetting(_Strict):
     max_new_tokens: int = Field(ge=1)
     prompt_style: Literal["compact", "paper"] = "compact"
     benchmarks: list[Id] | Literal["all"] = "all"
+    # math-verify worker processes (hard per-item timeouts); 0 = in the job's main thread (signal timeouts),
+    # cheapest for short toy answers that mostly take the integer fast path
+    scorer_workers: int = Field(0, ge=0)
 
 
 class _Table(_Strict):

@@ -196,6 +196,7 @@ class Pipeline:
         return {
             "max_new_tokens": s.max_new_tokens,
             "prompt_style": s.prompt_style,
+            "scorer_workers": s.scorer_workers,
             "benchmarks": {
                 b: {
                     "file": self.dataset_file(self.cfg.benchmarks[b].dataset),
