@@ -19,20 +19,43 @@ from collections.abc import Iterable
 from pathlib import Path
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory, fsync and ``os.replace``: readers
+    see the old file or the new one, never a half-written one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """:func:`atomic_write_bytes` of UTF-8 text."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def json_arg(text: str, what: str = "--spec") -> dict:
+    """A JSON object given inline or as ``@path`` (command-line arguments of the workflow's rules)."""
+    src = what
+    if text.startswith("@"):
+        path = Path(text[1:])
+        if not path.is_file():
+            raise ValueError(f"{what}: file {str(path)!r} does not exist")
+        src, text = str(path), path.read_text()
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{src}: not valid JSON ({err})") from err
+    if not isinstance(obj, dict):
+        raise ValueError(f"{src}: expected a JSON object, got {type(obj).__name__}")
+    return obj
 
 
 def atomic_write_json(path: str | Path, obj) -> None:

@@ -399,7 +399,7 @@ def test_errors_name_the_problem(tmp_path):
     del spec["rows"][0]["evals"]["aime2025"]
     with pytest.raises(ValueError, match="no entry for column 'aime2025'"):
         build_table(spec)
-    with pytest.raises(ValueError, match="spec file"):
+    with pytest.raises(ValueError, match="--spec: file .* does not exist"):
         load_spec("@" + str(tmp_path / "absent.json"))
     with pytest.raises(ValueError, match="not valid JSON"):
         load_spec("{oops")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hacpo.data.registry import DatasetSpec, GoldAnswerError, get, names, normalise_record
-from hacpo.runio import atomic_write_json
+from hacpo.runio import atomic_write_bytes, atomic_write_json
 
 __all__ = [
     "DatasetCountError",
@@ -106,22 +106,6 @@ def _jsonl_bytes(rows: Iterable[Mapping[str, Any]], gz: bool) -> bytes:
     return buf.getvalue()
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    import tempfile
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -152,7 +136,7 @@ def _download(spec: DatasetSpec, cache: Path) -> tuple[list[dict[str, Any]], str
     ds = datasets.load_dataset(spec.hub_id, spec.config, split=spec.split, revision=spec.revision)
     rows = [dict(r) for r in ds]
     target = cache / spec.local_file
-    _atomic_write_bytes(target, _jsonl_bytes(rows, target.name.endswith(".gz")))
+    atomic_write_bytes(target, _jsonl_bytes(rows, target.name.endswith(".gz")))
     return rows, f"hub:{spec.hub_id}@{spec.revision}"
 
 
@@ -249,7 +233,7 @@ def prepare_dataset(
         )
     records = normalise_rows(spec, rows)
     out = Path(out_path)
-    _atomic_write_bytes(out, _jsonl_bytes(records, out.name.endswith(".gz")))
+    atomic_write_bytes(out, _jsonl_bytes(records, out.name.endswith(".gz")))
     return {
         "name": spec.name,
         "hub_id": spec.hub_id,

@@ -9,14 +9,7 @@ from pathlib import Path
 
 import yaml
 
-
-def _json_arg(text: str) -> dict:
-    """Inline JSON, or ``@file`` holding JSON."""
-    raw = Path(text[1:]).read_text() if text.startswith("@") else text
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"expected JSON (or @file): {err}") from None
+from hacpo.runio import json_arg
 
 
 def _sha256(path: str | Path) -> str:
@@ -31,7 +24,7 @@ def cmd_dataset(args) -> int:
     """One workflow dataset file: synthetic problems, or a registry dataset (local file → cache → Hub)."""
     from hacpo.runio import atomic_write_json
 
-    spec = _json_arg(args.spec)
+    spec = json_arg(args.spec, "--spec")
     if "synthetic" in spec:
         from hacpo.data.synthetic import make_splits, write_jsonl
 
@@ -69,7 +62,7 @@ def cmd_manifest(args) -> int:
 def cmd_evaluate(args) -> int:
     from hacpo.eval import evaluate_setting, resolve_source
 
-    source, settings = _json_arg(args.source), _json_arg(args.settings)
+    source, settings = json_arg(args.source, "--source"), json_arg(args.settings, "--settings")
     for name, b in settings["benchmarks"].items():
         if not Path(b["file"]).is_file():
             raise FileNotFoundError(f"benchmark {name}: {b['file']} does not exist (prepare the data first)")

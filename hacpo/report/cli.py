@@ -6,25 +6,12 @@ SPEC is a JSON string or ``@path/to/spec.json``. Bad specs and missing inputs ra
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from hacpo.runio import json_arg
 
 
 def load_spec(text: str) -> dict:
     """Parse a spec given inline (JSON) or as ``@file``."""
-    src = "--spec"
-    if text.startswith("@"):
-        path = Path(text[1:])
-        if not path.is_file():
-            raise ValueError(f"spec file {str(path)!r} does not exist")
-        src, text = str(path), path.read_text()
-    try:
-        spec = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{src}: not valid JSON ({err})") from err
-    if not isinstance(spec, dict):
-        raise ValueError(f"{src}: the spec must be a JSON object, got {type(spec).__name__}")
-    return spec
+    return json_arg(text, "--spec")
 
 
 def cmd_table(args) -> int:

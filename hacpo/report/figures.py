@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import io
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from hacpo.report.tables import _read_jsonl, _req
-from hacpo.runio import atomic_write_text
+from hacpo.runio import atomic_write_bytes, atomic_write_text
 
 FIG_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "value"]
 
@@ -43,18 +41,6 @@ def curves_data(spec: dict) -> pd.DataFrame:
                     rows.append([spec.get("figure", ""), pi, a, str(line.get("label", line.get("method"))),
                                  line.get("method", ""), seed, int(r["step"]), float(r[key])])
     return pd.DataFrame(rows, columns=FIG_COLUMNS)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def curves_figure(spec: dict, data: pd.DataFrame) -> bytes:
@@ -98,6 +84,6 @@ def write_figure(spec: dict, out_prefix: str | Path) -> list[Path]:
     data = curves_data(spec)
     prefix = Path(out_prefix)
     png, csv = prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + ".csv")
-    _atomic_write_bytes(png, curves_figure(spec, data))
+    atomic_write_bytes(png, curves_figure(spec, data))
     atomic_write_text(csv, data.to_csv(index=False))
     return [png, csv]
