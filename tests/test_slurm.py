@@ -1,9 +1,10 @@
 """SLURM for real: a single-node cluster on localhost (.ci/slurm-up.sh) runs sbatch jobs and the workflow.
 
 The cluster tests need root and Debian packages (slurmctld, slurmd, slurm-client, munge; about 3.4 MB,
-installed by the script). Elsewhere they skip, with the reason. Environment switches:
-  HACPO_SKIP_SLURM=1     skip the cluster tests (e.g. a developer box where you do not want system packages)
-  HACPO_REQUIRE_SLURM=1  fail instead of skip when the cluster cannot be brought up (CI)
+installed by the script), so they run only when asked; elsewhere they skip, with the reason. Switches:
+  HACPO_REQUIRE_SLURM=1  run them, and fail instead of skip when the cluster cannot be brought up (.ci/run)
+  HACPO_SLURM_TESTS=1    run them where possible (a developer box, as root)
+  HACPO_SKIP_SLURM=1     never run them
   SLURM_CI_DIR           where the cluster keeps its state and logs (default ${TMPDIR:-/tmp}/slurm-ci)
 The module brings the cluster up once and always tears it down afterwards (.ci/slurm-down.sh), about 6 s each.
 """
@@ -75,6 +76,11 @@ def slurm_cluster():
     """A real slurmctld + slurmd + munged on localhost for this module; always torn down afterwards."""
     if os.environ.get("HACPO_SKIP_SLURM") == "1":
         pytest.skip("HACPO_SKIP_SLURM=1")
+    if "1" not in (os.environ.get("HACPO_REQUIRE_SLURM"), os.environ.get("HACPO_SLURM_TESTS")):
+        pytest.skip(
+            "the local SLURM cluster installs Debian packages and starts daemons (root): "
+            "set HACPO_SLURM_TESTS=1 to run these tests (CI does, via .ci/run)"
+        )
     if os.geteuid() != 0:
         pytest.skip("the local SLURM cluster needs root (.ci/slurm-up.sh installs packages, starts daemons)")
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
