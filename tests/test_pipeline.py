@@ -240,3 +240,28 @@ def test_bad_configs_are_rejected_naming_the_key(path, value, message):
     text = str(err.value)
     assert message in text, text
     assert text.startswith("invalid workflow config") and "config/README.md" in text
+
+
+def test_workflow_dataset_command_prepares_registry_data_with_paper_prompts(tmp_path, monkeypatch):
+    """`hacpo dataset` (the prepare_data rule) on a registry fixture: normalised records, the paper's prompt,
+    a manifest entry with the pinned source; the canonical count is enforced unless the config opts out."""
+    import json
+
+    from hacpo.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    fixture = ROOT / "tests" / "data" / "datasets" / "gsm8k_test.jsonl"
+    spec = {"registry": "gsm8k", "file": str(fixture)}
+    args = ["dataset", "--name", "gsm8k", "--out", "d/gsm8k.jsonl", "--manifest", "d/gsm8k.manifest.json"]
+    assert main([*args, "--spec", json.dumps(spec), "--offline"]) == 2  # a fixture is not 1,319 problems
+    assert not (tmp_path / "d" / "gsm8k.jsonl").exists()
+    assert main([*args, "--spec", json.dumps({**spec, "check_count": False}), "--offline"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "d" / "gsm8k.jsonl").read_text().splitlines()]
+    assert rows and all(
+        r["prompt"]
+        == r["problem"] + " Let's think step by step and output the final answer within \\boxed{}."
+        for r in rows
+    )
+    assert all(r["answer"] and "," not in r["answer"] for r in rows)
+    entry = json.loads((tmp_path / "d" / "gsm8k.manifest.json").read_text())
+    assert entry["name"] == "gsm8k" and len(entry["revision"]) == 40 and entry["count"] == len(rows)

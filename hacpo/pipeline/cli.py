@@ -43,12 +43,31 @@ def cmd_dataset(args) -> int:
             local_file=spec.get("file"),
             cache_dir=args.cache,
             allow_download=not args.offline,
+            expect_count=spec.get("check_count", True),
         )
-        entry = {"kind": "registry", **entry}
+        _add_paper_prompts(args.out)
+        entry = {
+            "kind": "registry",
+            **entry,
+            "prompt": "paper user message (the engine adds the chat template)",
+        }
     entry = {"name": args.name, **entry, "file": args.out, "sha256": _sha256(args.out)}
     atomic_write_json(args.manifest, entry)
     print(json.dumps(entry))
     return 0
+
+
+def _add_paper_prompts(path: str) -> None:
+    """Give each prepared record its prompt in the paper's wording (``prompt``): what an engine that reads
+    prompt files (OpenRLHF's ``input_key``) wraps in the model's chat template."""
+    from hacpo.data.prepare import _jsonl_bytes, read_jsonl_any
+    from hacpo.data.synthetic import as_problem, user_message
+    from hacpo.runio import atomic_write_bytes
+
+    rows = read_jsonl_any(path)
+    for r in rows:
+        r["prompt"] = user_message(as_problem(r), "paper")
+    atomic_write_bytes(path, _jsonl_bytes(rows, gz=str(path).endswith(".gz")))
 
 
 def cmd_manifest(args) -> int:

@@ -66,6 +66,7 @@ class Dataset(_Strict):
     synthetic: Synthetic | None = None
     registry: str | None = None  # a name of hacpo.data.registry (e.g. math500)
     file: str | None = None  # optional local copy of a registry dataset (skips the Hub)
+    check_count: bool = True  # registry datasets: the canonical record count (false for a deliberate subset)
 
     @field_validator("registry")
     @classmethod
