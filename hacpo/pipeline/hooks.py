@@ -8,6 +8,7 @@ Cluster jobs (non-local executors) run ``hacpo`` directly. ``HACPO_WORKER=off`` 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 
@@ -40,3 +41,4 @@ def stop_worker() -> None:
 
         worker.stop(sock)
         os.environ["HACPO_WORKER"] = "off"
+        shutil.rmtree(os.path.dirname(sock), ignore_errors=True)  # the private socket directory
