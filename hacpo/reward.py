@@ -494,7 +494,7 @@ _WARMUP = (
 _WARMED = False
 
 
-def _warmup() -> None:
+def warmup() -> None:
     """Run math-verify once over typical shapes with NO deadline, so that SymPy's and math-verify's lazy
     imports and one-time set-up never run under (and get cut by) an interrupt: an import aborted half-way can
     leave duplicate classes behind and silently turn later verdicts into False. Once per process."""
@@ -512,7 +512,7 @@ def _warmup() -> None:
 def _verify_item(content: str, gold: str, soft_s: float) -> tuple[bool, str]:
     """math-verify verdict under the soft deadline. Main thread only. Never raises."""
     if not _WARMED:
-        _warmup()
+        warmup()
     try:
         status, value = _call_with_deadline(lambda: _mv_equal(content, gold), soft_s)
     except BaseException as exc:  # a late _Deadline or anything else: never propagate
@@ -563,7 +563,7 @@ def _worker_entry() -> None:
     # Test-only hook: boxed content equal to this value blocks SIGALRM and sleeps, imitating a hang in C code
     # that no signal can interrupt, so the tests can exercise the parent's kill-and-replace path.
     hang_for_tests = os.environ.get("HACPO_REWARD_HANG_FOR_TESTS") or None
-    _warmup()
+    warmup()
     try:
         wconn.send(("ready", os.getpid()))
     except OSError:  # parent already gone
@@ -857,7 +857,7 @@ class Scorer:
             if self._pool is not None:
                 return self._pool.wait_ready(timeout)
             if _in_main_thread():
-                _warmup()
+                warmup()
             return True
 
     @property

@@ -10,6 +10,7 @@ run_dir/checkpoints/<agent>/step-N/      Hugging Face format (+ trainer_state.pt
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -39,6 +40,15 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 def atomic_write_text(path: str | Path, text: str) -> None:
     """:func:`atomic_write_bytes` of UTF-8 text."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB chunks (dataset manifests)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def json_arg(text: str, what: str = "--spec") -> dict:

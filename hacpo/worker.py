@@ -217,11 +217,10 @@ def _preload() -> None:
             getattr(sys.modules["transformers"], attr)
         except Exception as err:
             _log(f"preload: transformers.{attr} unavailable ({type(err).__name__}: {err})")
-    try:  # math-verify builds its LaTeX parser on first use (~0.7 s): pay it once, here (pure Python)
-        from hacpo.reward import Scorer
+    try:  # math-verify's one-time set-up (~0.7 s, pure Python): paid once here, not in every job
+        from hacpo.reward import warmup
 
-        with Scorer(workers=0) as scorer:
-            scorer.score([r"\boxed{\sqrt{2}x}"], ["x*sqrt(2)"])
+        warmup()
     except Exception as err:
         _log(f"preload: math-verify warm-up failed ({type(err).__name__}: {err})")
     gc.collect()

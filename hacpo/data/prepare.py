@@ -22,7 +22,6 @@ output is gzip with a zero mtime, so identical data gives identical bytes and sh
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import json
 import os
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hacpo.data.registry import DatasetSpec, GoldAnswerError, get, names, normalise_record
-from hacpo.runio import atomic_write_bytes, atomic_write_json
+from hacpo.runio import atomic_write_bytes, atomic_write_json, sha256_file
 
 __all__ = [
     "DatasetCountError",
@@ -106,14 +105,6 @@ def _jsonl_bytes(rows: Iterable[Mapping[str, Any]], gz: bool) -> bytes:
     return buf.getvalue()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # ----------------------------------------------------------------------------------------------------------
 # Sources
 # ----------------------------------------------------------------------------------------------------------
@@ -160,12 +151,12 @@ def load_raw(
                 f"dataset {spec.name!r}: the given file {str(p)!r} does not exist "
                 f"(expected a JSONL copy such as {spec.local_file})"
             )
-        return read_jsonl_any(p), {"kind": "file", "path": str(p), "sha256": _sha256_file(p)}
+        return read_jsonl_any(p), {"kind": "file", "path": str(p), "sha256": sha256_file(p)}
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     searched = [cache / f for f in spec.local_file_names]
     for p in searched:
         if p.is_file():
-            return read_jsonl_any(p), {"kind": "cache", "path": str(p), "sha256": _sha256_file(p)}
+            return read_jsonl_any(p), {"kind": "cache", "path": str(p), "sha256": sha256_file(p)}
     why = None
     if not allow_download:
         why = "downloading is disabled (--offline)"
@@ -183,7 +174,7 @@ def load_raw(
             why = f"the download failed: {type(e).__name__}: {e}"
         else:
             target = cache / spec.local_file
-            return rows, {"kind": "hub", "path": src, "cache": str(target), "sha256": _sha256_file(target)}
+            return rows, {"kind": "hub", "path": src, "cache": str(target), "sha256": sha256_file(target)}
     raise DatasetNotAvailableError(
         f"dataset {spec.name!r} is not available: no local file given, none of "
         f"{', '.join(repr(str(p)) for p in searched)} exists, and {why}. {_how_to_provide(spec, cache)}"
@@ -221,9 +212,12 @@ def prepare_dataset(
     cache_dir: str | os.PathLike | None = None,
     allow_download: bool = True,
     expect_count: bool = True,
+    prompt_style: str | None = None,
 ) -> dict[str, Any]:
     """Prepare ``name`` into ``out_path`` (normalised JSONL; gzip if it ends in ``.gz``); return its manifest
-    entry. Nothing is written when a check fails."""
+    entry. Nothing is written when a check fails. With ``prompt_style`` (e.g. ``"paper"``) every record also
+    gets ``prompt``, the user message in that wording (what an engine that reads prompt files, such as
+    OpenRLHF's ``input_key``, wraps in the model's chat template)."""
     spec = get(name)
     rows, source = load_raw(name, local_file=local_file, cache_dir=cache_dir, allow_download=allow_download)
     if expect_count and len(rows) != spec.expected_count:
@@ -232,6 +226,11 @@ def prepare_dataset(
             f"({spec.hub_id} split {spec.split}); use expect_count=False (--no-count-check) for a subset"
         )
     records = normalise_rows(spec, rows)
+    if prompt_style is not None:
+        from hacpo.data.synthetic import as_problem, user_message
+
+        for r in records:
+            r["prompt"] = user_message(as_problem(r), prompt_style)
     out = Path(out_path)
     atomic_write_bytes(out, _jsonl_bytes(records, out.name.endswith(".gz")))
     return {
@@ -247,8 +246,9 @@ def prepare_dataset(
         "expected_count": spec.expected_count,
         "count_checked": bool(expect_count),
         "output": str(out),
-        "sha256": _sha256_file(out),
+        "sha256": sha256_file(out),
         "missing_gold": 0,
+        "prompt_style": prompt_style,
         "gold_overrides": sum(1 for r in records if "gold_override" in r["metadata"]),
     }
 

@@ -171,6 +171,7 @@ def rescore(samples: str | Path, benchmark: str | Path, out: str | Path, *, scor
     missing = sorted({r["id"] for r in rows} - set(gold))
     if missing:
         raise ValueError(f"{samples}: {len(missing)} problem ids not in {benchmark} (e.g. {missing[0]!r})")
+    before = [bool(r["correct"]) for r in rows]
     with Scorer(workers=scorer_workers) as scorer:
         scores = scorer.score([r["response"] for r in rows], [gold[r["id"]] for r in rows])
     by_problem: dict[str, list[float]] = {}
@@ -184,16 +185,9 @@ def rescore(samples: str | Path, benchmark: str | Path, out: str | Path, *, scor
         "rescored_from": str(samples),
         **summarize(correct),
         "accuracy": sum(sum(c) / len(c) for c in correct) / len(correct),
-        "changed": sum(
-            int(bool(c)) != int(bool(r0)) for r0, c in zip(_correct_before(samples), scores, strict=True)
-        ),
+        "changed": sum(bool(c) != b for b, c in zip(before, scores, strict=True)),
     }
     out = Path(out)
     atomic_write_text(out.with_name(out.stem + ".samples.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
     atomic_write_json(out, summary)
     return summary
-
-
-def _correct_before(samples: str | Path) -> list[bool]:
-    with open(samples) as f:
-        return [json.loads(line)["correct"] for line in f if line.strip()]

@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from pathlib import Path
 
 import yaml
 
-from hacpo.runio import json_arg
-
-
-def _sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+from hacpo.runio import json_arg, sha256_file
 
 
 def cmd_dataset(args) -> int:
@@ -44,37 +35,19 @@ def cmd_dataset(args) -> int:
             cache_dir=args.cache,
             allow_download=not args.offline,
             expect_count=spec.get("check_count", True),
+            prompt_style="paper",
         )
-        _add_paper_prompts(args.out)
-        entry = {
-            "kind": "registry",
-            **entry,
-            "prompt": "paper user message (the engine adds the chat template)",
-        }
-    entry = {"name": args.name, **entry, "file": args.out, "sha256": _sha256(args.out)}
+        entry = {"kind": "registry", **entry}
+    entry = {"name": args.name, **entry, "file": args.out, "sha256": sha256_file(args.out)}
     atomic_write_json(args.manifest, entry)
     print(json.dumps(entry))
     return 0
 
 
-def _add_paper_prompts(path: str) -> None:
-    """Give each prepared record its prompt in the paper's wording (``prompt``): what an engine that reads
-    prompt files (OpenRLHF's ``input_key``) wraps in the model's chat template."""
-    from hacpo.data.prepare import _jsonl_bytes, read_jsonl_any
-    from hacpo.data.synthetic import as_problem, user_message
-    from hacpo.runio import atomic_write_bytes
-
-    rows = read_jsonl_any(path)
-    for r in rows:
-        r["prompt"] = user_message(as_problem(r), "paper")
-    atomic_write_bytes(path, _jsonl_bytes(rows, gz=str(path).endswith(".gz")))
-
-
 def cmd_manifest(args) -> int:
-    from hacpo.runio import atomic_write_json
+    from hacpo.data.prepare import write_manifest
 
-    entries = [json.loads(Path(p).read_text()) for p in args.inputs]
-    atomic_write_json(args.out, {"datasets": {e["name"]: e for e in entries}})
+    write_manifest([json.loads(Path(p).read_text()) for p in args.inputs], args.out)
     return 0
 
 

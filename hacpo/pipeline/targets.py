@@ -83,6 +83,11 @@ class Run:
         return f"{self.dir}/done.json"
 
     @property
+    def profile(self) -> str:
+        """The run's own time split and peak memory (written when it finishes)."""
+        return f"{self.dir}/profile.json"
+
+    @property
     def benchmark(self) -> str:
         """Snakemake's benchmark TSV of the training job (host wall time, RSS)."""
         return f"{R}/benchmarks/train/{self.kind}/{self.group}/{self.method}/seed{self.seed}.tsv"
@@ -395,12 +400,10 @@ class Pipeline:
             row = {"method": method, "label": self.label(method), "paper_method": self.paper_method(method)}
             if self.is_joint(method):
                 runs = [Run("joint", pair, method, s) for s in seeds]
-                row["overall"] = [f"{r.dir}/profile.json" for r in runs]
+                row["overall"] = [r.profile for r in runs]
             else:
                 runs = [Run("single", a, method, s) for a in agents for s in seeds]
-                row["profiles"] = {
-                    a: [f"{Run('single', a, method, s).dir}/profile.json" for s in seeds] for a in agents
-                }
+                row["profiles"] = {a: [r.profile for r in runs if r.group == a] for a in agents}
             files += [r.done for r in runs]
             rows.append(row)
         cols = [
