@@ -4,19 +4,33 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
-from hacpo.agents.lm import generate, response_mask, token_logprobs, token_logprobs_shared_prompt
+from hacpo.agents.decode import HFDecoder, KVDecoder
+from hacpo.agents.lm import (
+    encode_prompts,
+    generate,
+    response_mask,
+    token_logprobs,
+    token_logprobs_shared_prompt,
+)
 
 
-def _model(kind: str):
+def _model(kind: str, kv_heads: int = 4):
     torch.manual_seed(0)
     common = dict(
         vocab_size=40,
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=4,
-        num_key_value_heads=4,
+        num_key_value_heads=kv_heads,
         intermediate_size=64,
         max_position_embeddings=64,
         tie_word_embeddings=True,
@@ -43,6 +57,34 @@ def test_sampling_logprobs_equal_a_full_forward(kind, padded):
         lp = token_logprobs(model, full, 6, torch.cat([mask, out.mask], dim=1))
     assert torch.allclose(lp * out.mask, out.logp, atol=1e-5)
     assert torch.equal(out.mask, response_mask(out.tokens, 2))
+
+
+@pytest.mark.parametrize("kind,kv_heads", [("llama", 4), ("llama", 2), ("qwen3", 4), ("qwen3", 1)])
+@pytest.mark.parametrize("padded", [False, True])
+def test_kv_decoder_steps_equal_the_models_forward(kind, kv_heads, padded):
+    """The direct decoder (Llama/Qwen3, incl. grouped-query attention) gives the model's own logits."""
+    model = _model(kind, kv_heads).eval()
+    assert KVDecoder.supports(model)
+    prompts = torch.randint(3, 40, (3, 5))
+    pmask = torch.ones_like(prompts, dtype=torch.bool)
+    if padded:
+        pmask[1, :3] = False
+    rows = torch.tensor([0, 1, 1, 2, 0])
+    with torch.no_grad():
+        enc = encode_prompts(model, prompts, pmask if padded else None)
+        fast, slow = KVDecoder(model, enc, rows, 6), HFDecoder(model, enc, rows, 6)
+        pos = (pmask.long().cumsum(-1)[:, -1])[rows]
+        for t in range(6):
+            tok = torch.randint(3, 40, (5,))
+            a, b = fast.step(tok, pos + t), slow.step(tok, pos + t)
+            assert torch.allclose(a, b, atol=1e-5), (t, (a - b).abs().max())
+
+
+def test_kv_decoder_declines_architectures_it_does_not_implement():
+    model = _model("llama")
+    model.config.attention_bias = True
+    assert not KVDecoder.supports(model)
+    assert not KVDecoder.supports(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=40)))
 
 
 @pytest.mark.parametrize("kind", ["llama", "qwen3"])
@@ -107,3 +149,16 @@ def test_shared_prefill_generation_is_identical(padded):
     )
     assert torch.equal(a.tokens, b.tokens)
     assert torch.allclose(a.logp, b.logp, atol=1e-5)
+
+
+def test_sampler_draws_the_given_distribution_and_never_a_zero_entry():
+    from hacpo.agents.lm import _sample
+
+    probs = torch.tensor([[0.0, 0.1, 0.0, 0.6, 0.3, 0.0]]).repeat(100_000, 1) * 3.0  # unnormalised is fine
+    draws = _sample(probs, torch.Generator().manual_seed(0))
+    freq = torch.bincount(draws, minlength=6).double() / len(draws)
+    assert freq[[0, 2, 5]].sum() == 0
+    assert torch.allclose(freq[[1, 3, 4]], torch.tensor([0.1, 0.6, 0.3], dtype=torch.float64), atol=0.006)
+    again = _sample(probs[:10], torch.Generator().manual_seed(0))
+    assert torch.equal(again, draws[:10])  # deterministic in the generator
+

@@ -28,7 +28,14 @@ from pathlib import Path
 
 import torch
 
-from hacpo.agents.lm import generate, left_pad, token_logprobs_shared_prompt
+from hacpo.agents.lm import (
+    EncodedPrompts,
+    encode_prompts,
+    generate,
+    left_pad,
+    response_logprobs,
+    token_logprobs_shared_prompt,
+)
 from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
 from hacpo.agents.warmup import greedy_responses, prompt_ids
 from hacpo.algo import (
@@ -109,7 +116,10 @@ def load_agent(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> Age
     if with_ref:
         ref_model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device).eval()
         ref_model.requires_grad_(False)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    # fused: one kernel for all parameters instead of a loop over them (2.5× faster step on a CPU)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True
+    )
     gen = torch.Generator(device=device).manual_seed(cfg.seed * 1000 + index)
     eos = tok.eos_token_id
     pad = tok.pad_token_id if tok.pad_token_id is not None else eos
@@ -438,17 +448,19 @@ class LocalTrainer:
         self.phase["update"] += time.perf_counter() - t0
         return logs
 
-    def _logp(self, learner: Agent, prompt_index, resp, p_ids, p_mask) -> torch.Tensor:
-        prompts, pi = torch.unique(prompt_index, return_inverse=True)
+    def _encode(self, learner: Agent, prompt_index, p_ids, p_mask) -> tuple[EncodedPrompts, torch.Tensor]:
+        """The mini-batch's distinct prompts encoded once, and each row's index into them."""
+        prompts, rows = torch.unique(prompt_index, return_inverse=True)
         dev = self.device
-        return token_logprobs_shared_prompt(
-            learner.model, p_ids[prompts].to(dev), pi.to(dev), resp.to(dev), p_mask[prompts].to(dev)
-        )
+        return encode_prompts(learner.model, p_ids[prompts].to(dev), p_mask[prompts].to(dev)), rows.to(dev)
 
     def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
         """Loss of one mini-batch. With ``skip_dead_rows``, HACPO cross rows whose clamp gives zero gradient
-        (found by a no-grad forward over the cross rows) are left out of the backward; the loss still divides
-        by the full N_m, and the logged metrics come from all rows, so the update is unchanged (exact)."""
+        (found by a no-grad pass over the cross rows, reusing the prompts' encoding) are left out of the
+        backward; the loss still divides by the full N_m, and the logged metrics come from all rows, so the
+        update is unchanged (exact)."""
+        model, resp = learner.model, resp.to(self.device)
+        prompts, rows = self._encode(learner, prompt_index, p_ids, p_mask)
         cross = ~batch.own_rows()
         skip = (
             self.cfg.skip_dead_rows
@@ -457,13 +469,11 @@ class LocalTrainer:
             and bool(cross.any())
         )
         if not skip:
-            batch.logp = self._logp(learner, prompt_index, resp, p_ids, p_mask)
+            batch.logp = response_logprobs(model, prompts, rows, resp)
             return policy_loss(batch, self.spec, m)
         cross_rows = torch.nonzero(cross).flatten()
         with torch.no_grad():
-            logp_cross = self._logp(
-                learner, prompt_index[cross_rows.cpu()], resp[cross_rows.cpu()], p_ids, p_mask
-            )
+            logp_cross = response_logprobs(model, prompts.detach(), rows[cross_rows], resp[cross_rows])
         s = torch.exp(
             sequence_log_ratio(
                 seq_mean_logp(logp_cross, batch.mask[cross_rows]),
@@ -475,23 +485,26 @@ class LocalTrainer:
         s_all[cross_rows] = s.to(s_all.dtype)
         live = rows_with_gradient(batch, self.spec, m, s_all) | ~cross
         live_rows = torch.nonzero(live).flatten()
-        logp_live = self._logp(learner, prompt_index[live_rows.cpu()], resp[live_rows.cpu()], p_ids, p_mask)
-        sub = MiniBatch(
-            logp=logp_live,
-            mask=batch.mask[live_rows],
-            adv=batch.adv[live_rows],
-            old_mean_logp=batch.old_mean_logp[live_rows],
-            is_own=batch.is_own[live_rows],
-            omega=batch.omega[live_rows],
-            old_logp=batch.old_logp[live_rows],
-            ref_logp=batch.ref_logp[live_rows],
-            n_total=len(live),
-        )
-        loss, _ = policy_loss(sub, self.spec, m)
-        full = torch.zeros_like(batch.mask, dtype=logp_live.dtype)
+        full = torch.zeros_like(batch.mask, dtype=logp_cross.dtype)
         full[cross_rows] = logp_cross
-        own_in_live = ~cross[live_rows]
-        full[live_rows[own_in_live]] = logp_live.detach()[own_in_live]
+        if len(live_rows) == 0:  # all clamped: zero gradients, so the optimizer still steps as unskipped
+            loss = sum(p.sum() for p in model.parameters()) * 0.0
+        else:
+            logp_live = response_logprobs(model, prompts, rows[live_rows], resp[live_rows])
+            sub = MiniBatch(
+                logp=logp_live,
+                mask=batch.mask[live_rows],
+                adv=batch.adv[live_rows],
+                old_mean_logp=batch.old_mean_logp[live_rows],
+                is_own=batch.is_own[live_rows],
+                omega=batch.omega[live_rows],
+                old_logp=batch.old_logp[live_rows],
+                ref_logp=batch.ref_logp[live_rows],
+                n_total=len(live),
+            )
+            loss, _ = policy_loss(sub, self.spec, m)
+            own_in_live = ~cross[live_rows]
+            full[live_rows[own_in_live]] = logp_live.detach()[own_in_live]
         batch.logp = full
         _, metrics = policy_loss(batch, self.spec, m)  # exact metrics over all rows, no model call
         metrics["backward_rows_frac"] = len(live_rows) / len(live)
@@ -607,8 +620,10 @@ class LocalTrainer:
         cross = torch.nonzero(~rows.is_own).flatten()
         if len(cross):
             p_ids, p_mask = self.agents[k].prompt_ids(problems, self.cfg.prompt_style, "cpu")
+            learner, resp = self.agents[k], rows.response[cross].to(self.device)
             with torch.no_grad():
-                lp = self._logp(self.agents[k], rows.prompt_index[cross], rows.response[cross], p_ids, p_mask)
+                prompts, index = self._encode(learner, rows.prompt_index[cross], p_ids, p_mask)
+                lp = response_logprobs(learner.model, prompts, index, resp)
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
 
