@@ -27,6 +27,7 @@ from hacpo.agents.lm import generate, left_pad
 from hacpo.agents.models import AgentArch, build_model, param_count
 from hacpo.agents.retokenize import response_text
 from hacpo.agents.tokenizers import build_tokenizer, tokenizer_fingerprint
+from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import Problem, solution_text, user_message
 from hacpo.runio import atomic_dir, atomic_write_json
 
@@ -260,6 +261,7 @@ def build_agent(spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, 
     """Build tokenizer + model, run SFT, save both and ``agent.json`` to ``out_dir``; returns the metadata
     (plus ``"path"`` and ``"cached"``). Cached on (spec hash, data digest). Deterministic in ``spec.seed``
     for a fixed thread count."""
+    keep_freed_memory()
     out_dir = Path(out_dir)
     train = list(splits["train"])
     dev = list(splits["dev"])[: spec.n_dev]

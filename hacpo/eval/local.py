@@ -7,6 +7,7 @@ import torch
 from hacpo.agents.lm import generate, left_pad
 from hacpo.agents.retokenize import response_text
 from hacpo.agents.warmup import prompt_ids
+from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 
 
@@ -17,6 +18,7 @@ class LocalGenerator:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(threads)
+        keep_freed_memory()
         self.device = torch.device(
             "cuda"
             if device == "auto" and torch.cuda.is_available()

@@ -50,6 +50,7 @@ from hacpo.algo import (
     sequence_log_ratio,
 )
 from hacpo.config import TrainConfig
+from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.reward import Scorer
 from hacpo.runio import MetricsLog, atomic_dir, atomic_write_json, checkpoint_steps, read_json, versions
@@ -654,4 +655,5 @@ def greedy_accuracy(agent: Agent, problems: list[dict], cfg: TrainConfig, scorer
 
 def train(cfg: TrainConfig) -> dict:
     """Train (or resume) one run; returns the final ``run.json``."""
+    keep_freed_memory()
     return LocalTrainer(cfg).train()
