@@ -15,6 +15,7 @@ from transformers import (
 
 from hacpo.agents.decode import HFDecoder, KVDecoder
 from hacpo.agents.lm import (
+    SharedPrefixes,
     encode_prompts,
     generate,
     response_mask,
@@ -172,3 +173,74 @@ def test_allocator_tuning_is_idempotent_and_harmless():
     assert isinstance(first, bool)
     x = torch.randn(1024, 1024)  # 4 MiB: above glibc's default mmap threshold, now served from the heap
     assert torch.isfinite(x @ x).all()
+
+
+def _shared_prefix_batch(padded: bool):
+    """Rows of 3 prompts whose responses share prefixes of different lengths, with ragged lengths."""
+    prompts = torch.randint(3, 40, (3, 6))
+    pmask = torch.ones_like(prompts, dtype=torch.bool)
+    if padded:
+        pmask[1, :3] = False
+    index = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])
+    resp = torch.randint(3, 40, (9, 8))
+    resp[:3, :5] = torch.tensor([5, 6, 7, 8, 9])  # group 0 shares 5 tokens (more for two rows)
+    resp[1, 5] = resp[0, 5]
+    resp[3:5, :2] = torch.tensor([11, 12])  # group 1 shares 2
+    resp[5:9, :4] = torch.tensor([13, 14, 15, 16])  # group 2 shares 4, but one row has only 3 tokens
+    rmask = torch.ones_like(resp, dtype=torch.bool)
+    rmask[0, 6:] = False
+    rmask[6, 3:] = False  # shorter than the group's common prefix: the shared part stops at 2 tokens
+    rmask[8, 7:] = False
+    resp[~rmask] = 0
+    return prompts, pmask, index, resp, rmask
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_shared_response_prefixes_give_the_plain_forward_and_its_gradient(kind, padded):
+    model = _model(kind)
+    prompts, pmask, index, resp, rmask = _shared_prefix_batch(padded)
+    full_mask = torch.cat([pmask[index], rmask], dim=1)
+    a = token_logprobs(model, torch.cat([prompts[index], resp], dim=1), 6, full_mask) * rmask
+    ga = torch.autograd.grad(a.sum(), list(model.parameters()))
+    shared = SharedPrefixes(model, prompts, index, resp, rmask, pmask if padded else None)
+    assert int(shared.shared.max()) > 0  # some response tokens really are shared
+    b = shared.logprobs() * rmask
+    gb = torch.autograd.grad(b.sum(), list(model.parameters()))
+    assert torch.allclose(a, b, atol=1e-5)
+    for x, y in zip(ga, gb, strict=True):
+        assert torch.allclose(x, y, atol=1e-4, rtol=1e-4)
+
+
+def test_shared_prefixes_serve_row_subsets_with_and_without_gradient():
+    model = _model("llama")
+    prompts, pmask, index, resp, rmask = _shared_prefix_batch(True)
+    full = token_logprobs_shared_prompt(model, prompts, index, resp, pmask, rmask).detach() * rmask
+    shared = SharedPrefixes(model, prompts, index, resp, rmask, pmask)
+    first, rest = torch.tensor([0, 3, 6]), torch.tensor([1, 2, 4, 5, 7, 8])
+    with torch.no_grad():
+        a = shared.logprobs(first, detach=True)
+    b = shared.logprobs(rest)
+    assert not a.requires_grad and b.requires_grad
+    assert torch.allclose(a * rmask[first], full[first], atol=1e-5)
+    assert torch.allclose(b * rmask[rest], full[rest], atol=1e-5)
+    b.sum().backward()  # the shared encoding's graph is intact after the detached pass
+
+
+def test_rows_are_grouped_by_prompt_and_exact_shared_prefix():
+    from hacpo.agents.lm import _group_by_prefix
+
+    # 2 prompts × 8 rows answering "\\boxed{4x}" (7 + 3 tokens + EOS) and one junk row without the box
+    box = [30, 31, 32, 33, 34, 35, 36]
+    rows = [box + [4, d, 37, 2] for d in range(8)] + [box + [5, 1, 37, 2] for _ in range(7)] + [[9] * 11]
+    resp = torch.tensor(rows)
+    index = torch.tensor([0] * 8 + [1] * 8)
+    lengths = torch.full((16,), 11)
+    group, shared = _group_by_prefix(index, resp, lengths, prompt_len=6)
+    for r in range(16):  # every row really starts with its group's shared prefix, and the group's prompt
+        mates = (group == group[r]).nonzero().flatten()
+        c = int(shared[group[r]])
+        assert (index[mates] == index[r]).all() and (resp[mates, :c] == resp[r, :c]).all()
+    assert len(shared) == 3 and int(shared[group[0]]) == 8  # "\\boxed{4" shared by prompt 0's rows
+    assert group[15] != group[8]  # the junk row has its own group, and does not cut prompt 1's prefix
+    assert int((lengths - shared[group]).max()) <= 3

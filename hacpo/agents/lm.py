@@ -153,11 +153,12 @@ def token_logprobs(
 class EncodedPrompts:
     """Distinct prompts run through the model once (:func:`encode_prompts`), reusable for any rows.
 
-    ``keys``/``values`` hold each layer's KV cache ``[P, heads, Tp, head_dim]``; ``first_logits`` ``[P, V]``
-    predict each prompt's first response token. Built with grad, the tensors carry it to every use.
+    ``keys``/``values`` hold each layer's KV cache ``[P, heads, Tp, head_dim]``; ``tail_logits``
+    ``[P, k, V]`` are the logits at the last k positions, the last of which (``first_logits``) predicts each
+    prompt's first response token. Built with grad, the tensors carry it to every use.
     """
 
-    first_logits: torch.Tensor
+    tail_logits: torch.Tensor
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     mask: torch.Tensor | None  # [P, Tp] bool when some prompt is left-padded, else None
@@ -166,12 +167,16 @@ class EncodedPrompts:
     def detach(self) -> EncodedPrompts:
         """The same encoding cut from the graph: for no-grad passes that must not rerun the prompts."""
         return EncodedPrompts(
-            self.first_logits.detach(),
+            self.tail_logits.detach(),
             [k.detach() for k in self.keys],
             [v.detach() for v in self.values],
             self.mask,
             self.length,
         )
+
+    @property
+    def first_logits(self) -> torch.Tensor:
+        return self.tail_logits[:, -1, :]
 
     def response_positions(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         """Position ids ``[R, width]`` of response tokens after the prompt of each of ``rows``."""
@@ -191,9 +196,10 @@ class EncodedPrompts:
 
 
 def encode_prompts(
-    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None = None
+    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None = None, keep_logits: int = 1
 ) -> EncodedPrompts:
-    """Run left-padded prompts ``[P, Tp]`` once; ``prompt_mask`` marks real tokens (None: no padding)."""
+    """Run left-padded prompts ``[P, Tp]`` once; ``prompt_mask`` marks real tokens (None: no padding).
+    The logits of the last ``keep_logits`` positions are kept (the others are never computed)."""
     from transformers import DynamicCache
 
     padded = prompt_mask is not None and not bool(prompt_mask.all())
@@ -203,10 +209,11 @@ def encode_prompts(
         attention_mask=prompt_mask.long() if padded else None,
         position_ids=_positions(prompt_mask) if padded else None,
         use_cache=True,
+        logits_to_keep=keep_logits,
         **{cache_kwarg(model): cache},
     )
     return EncodedPrompts(
-        first_logits=out.logits[:, -1, :],
+        tail_logits=out.logits,
         keys=[layer.keys for layer in cache.layers],
         values=[layer.values for layer in cache.layers],
         mask=prompt_mask if padded else None,
@@ -234,19 +241,132 @@ def _gather_logprobs(first: torch.Tensor, rest: torch.Tensor, response: torch.Te
     return torch.log_softmax(logits, dim=-1).gather(-1, response[..., None]).squeeze(-1)
 
 
+def _group_by_prefix(
+    prompt_index: torch.Tensor, response: torch.Tensor, lengths: torch.Tensor, prompt_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Group rows by (prompt, first c tokens of the response): ``(row_group [R], shared [G])``.
+
+    A row shares ``c_r = min(d, len_r − 1)`` tokens (it always keeps one of its own to run); the depth d is
+    the one that minimises the tokens run: groups × (prompt + d) for the prefixes plus rows × the longest
+    remaining suffix. Shallow depths keep few groups; deep ones keep short suffixes; d = 0 is plain prompt
+    sharing. Group ids are exact (dense re-numbering per depth), never hashes.
+    """
+    rows = response.shape[0]
+    ids = torch.unique(prompt_index, return_inverse=True)[1]
+    stop = (lengths - 1).clamp(min=0)
+    vocab = int(response.max()) + 2 if response.numel() else 2
+    best = (len(torch.unique(ids)) * prompt_len + rows * int(lengths.max()), ids, 0)
+    for d in range(1, int(stop.max()) + 1):
+        token = torch.where(stop >= d, response[:, d - 1] + 1, 0)  # 0: this row stopped sharing
+        ids = torch.unique(ids * vocab + token, return_inverse=True)[1]
+        shared = torch.minimum(stop, torch.tensor(d))
+        cost = (int(ids.max()) + 1) * (prompt_len + d) + rows * int((lengths - shared).max())
+        if cost < best[0]:
+            best = (cost, ids, d)
+    _, ids, d = best
+    shared = torch.zeros(int(ids.max()) + 1, dtype=torch.long, device=ids.device)
+    shared.scatter_(0, ids, torch.minimum(stop, torch.tensor(d)))
+    return ids, shared
+
+
+class SharedPrefixes:
+    """Log-probs of many responses, with every shared prefix run through the model once.
+
+    Rows with the same prompt (a *group*: a prompt's G samples, and in HACPO the other agents' samples too)
+    share the prompt, and usually the start of the response as well (on the toy task every answer opens
+    with the 7 tokens ``\\boxed{``). A causal LM's state at a position depends only on the tokens up to it, so
+    each group's prompt plus the response prefix common to all of its rows is encoded once, and each row
+    runs only the rest of its response on top of that KV cache. Values and gradients equal a plain forward
+    over every row (float rounding aside; ``tests/test_lm.py``); a row's forward and backward shrink from
+    ≈ 12 tokens to ≈ 5 on the toy task.
+
+    Built under grad, :meth:`logprobs` can be called for several row subsets (e.g. a no-grad pass over
+    some rows with ``detach=True``, then a grad pass over others) without encoding the prefixes again.
+    """
+
+    def __init__(
+        self,
+        model,
+        prompt_ids: torch.Tensor,
+        prompt_index: torch.Tensor,
+        response: torch.Tensor,
+        response_mask: torch.Tensor | None = None,
+        prompt_mask: torch.Tensor | None = None,
+    ):
+        rows, width = response.shape
+        dev = response.device
+        self.model, self.response = model, response
+        if response_mask is None:
+            response_mask = torch.ones_like(response, dtype=torch.bool)
+        lengths = response_mask.sum(1)
+        self.row_group, self.shared = _group_by_prefix(prompt_index, response, lengths, prompt_ids.shape[1])
+        rep = torch.full((len(self.shared),), rows, device=dev)
+        rep.scatter_reduce_(0, self.row_group, torch.arange(rows, device=dev), "amin")  # a row per group
+        prompts = prompt_index[rep]
+        c_max = int(self.shared.max())
+        if prompt_mask is None:
+            prompt_mask = torch.ones_like(prompt_ids, dtype=torch.bool)
+        ext = self._extended_prompts(prompt_ids[prompts], prompt_mask[prompts], response[rep], c_max)
+        self.encoded = encode_prompts(model, *ext, keep_logits=c_max + 1)
+        # log-probs of each group's shared tokens: token j is predicted by tail position c_max - c_g + j
+        steps = torch.arange(c_max, device=dev)
+        at = ((c_max - self.shared)[:, None] + steps).clamp(max=c_max)
+        tail = self.encoded.tail_logits.float()
+        pick = tail.gather(1, at[..., None].expand(-1, -1, tail.shape[-1]))
+        heads = response[rep, :c_max]
+        self.prefix_logp = torch.log_softmax(pick, dim=-1).gather(-1, heads[..., None]).squeeze(-1)
+        self.suffix_width = max(1, int((lengths - self.shared[self.row_group]).max()))
+
+    def _extended_prompts(self, prompt_ids, prompt_mask, heads, c_max):
+        """Each group's prompt followed by its shared response prefix, left-padded to a common length."""
+        n_groups, tp = prompt_ids.shape
+        length = tp + c_max
+        cols = torch.arange(length, device=prompt_ids.device)[None, :]
+        p_col = cols - (c_max - self.shared)[:, None]  # column within the prompt
+        r_col = cols - (length - self.shared)[:, None]  # column within the shared prefix
+        in_prompt, in_prefix = (p_col >= 0) & (p_col < tp), r_col >= 0
+        p_ids = prompt_ids.gather(1, p_col.clamp(0, tp - 1))
+        r_ids = heads.gather(1, r_col.clamp(0, heads.shape[1] - 1))
+        ids = torch.where(in_prompt, p_ids, torch.where(in_prefix, r_ids, torch.zeros_like(p_ids)))
+        mask = torch.where(in_prompt, prompt_mask.gather(1, p_col.clamp(0, tp - 1)), in_prefix)
+        return ids, mask
+
+    def logprobs(self, rows: torch.Tensor | None = None, detach: bool = False) -> torch.Tensor:
+        """Log-probs ``[R, T]`` of the responses of ``rows`` (default all); arbitrary past each row's mask."""
+        if rows is None:
+            rows = torch.arange(self.response.shape[0], device=self.response.device)
+        group, resp = self.row_group[rows], self.response[rows]
+        encoded, prefix_logp = self.encoded, self.prefix_logp
+        if detach:
+            encoded, prefix_logp = encoded.detach(), prefix_logp.detach()
+        width = resp.shape[1]
+        cols = torch.arange(width, device=resp.device)[None, :]
+        start = self.shared[group][:, None]
+        s_col = cols[:, : self.suffix_width] + start
+        suffix = resp.gather(1, s_col.clamp(max=width - 1))
+        s_logp = response_logprobs(self.model, encoded, group, suffix)  # [R, suffix_width]
+        rel = cols - start
+        from_suffix = s_logp.gather(1, rel.clamp(0, self.suffix_width - 1))
+        from_suffix = torch.where(rel < self.suffix_width, from_suffix, torch.zeros_like(from_suffix))
+        if prefix_logp.shape[1] == 0:
+            return from_suffix
+        from_prefix = torch.nn.functional.pad(prefix_logp[group], (0, width - prefix_logp.shape[1]))
+        return torch.where(rel < 0, from_prefix, from_suffix)
+
+
 def token_logprobs_shared_prompt(
     model,
     prompt_ids: torch.Tensor,
     prompt_index: torch.Tensor,
     response: torch.Tensor,
     prompt_mask: torch.Tensor | None = None,
+    response_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """:func:`token_logprobs` of ``cat(prompt_ids[prompt_index], response)``, each distinct prompt run once.
+    """:func:`token_logprobs` of ``cat(prompt_ids[prompt_index], response)``, each shared prefix run once.
 
-    A group's G (HACPO: n·G) rows share one prompt, and on a toy task the prompt is half of each row, so
-    running the prompts once and expanding their KV cache to the rows halves the forward *and* backward
-    work. Gradients flow through the shared cache, so the result and its gradient equal the plain forward.
-    Shapes: ``prompt_ids`` ``[P, Tp]`` (left-padded, ``prompt_mask``), ``prompt_index`` ``[R]``,
-    ``response`` ``[R, T]``.
+    A group's G (HACPO: n·G) rows share one prompt and usually the start of their responses; see
+    :class:`SharedPrefixes`. Gradients flow through the shared cache, so the result and its gradient equal
+    the plain forward. Shapes: ``prompt_ids`` ``[P, Tp]`` (left-padded, ``prompt_mask``), ``prompt_index``
+    ``[R]``, ``response`` ``[R, T]`` (right-padded after ``response_mask``; values there are arbitrary).
     """
-    return response_logprobs(model, encode_prompts(model, prompt_ids, prompt_mask), prompt_index, response)
+    return SharedPrefixes(model, prompt_ids, prompt_index, response, response_mask, prompt_mask).logprobs()

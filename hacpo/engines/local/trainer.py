@@ -29,11 +29,9 @@ from pathlib import Path
 import torch
 
 from hacpo.agents.lm import (
-    EncodedPrompts,
-    encode_prompts,
+    SharedPrefixes,
     generate,
     left_pad,
-    response_logprobs,
     token_logprobs_shared_prompt,
 )
 from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
@@ -322,12 +320,13 @@ class LocalTrainer:
         t0 = time.perf_counter()
         rows = index.to(self.device)
         logp = out.logp
+        rollout = (p_ids, rows, out.tokens, p_mask, out.mask)
         with torch.no_grad():
             if not self.sampler_logp:
-                logp = token_logprobs_shared_prompt(agent.model, p_ids, rows, out.tokens, p_mask) * out.mask
+                logp = token_logprobs_shared_prompt(agent.model, *rollout) * out.mask
             ref_logp = None
             if agent.ref is not None:
-                ref_logp = token_logprobs_shared_prompt(agent.ref, p_ids, rows, out.tokens, p_mask) * out.mask
+                ref_logp = token_logprobs_shared_prompt(agent.ref, *rollout) * out.mask
         # The shared text drops the terminal EOS (cross_eos: strip), so the generator's mean excludes it too.
         shared_mask = source_logp_mask(out.tokens, agent.eos_id, cfg.cross_eos)
         self.phase["logprobs"] += time.perf_counter() - t0
@@ -449,19 +448,25 @@ class LocalTrainer:
         self.phase["update"] += time.perf_counter() - t0
         return logs
 
-    def _encode(self, learner: Agent, prompt_index, p_ids, p_mask) -> tuple[EncodedPrompts, torch.Tensor]:
-        """The mini-batch's distinct prompts encoded once, and each row's index into them."""
+    def _shared(self, learner: Agent, prompt_index, resp, resp_mask, p_ids, p_mask) -> SharedPrefixes:
+        """The rows' prompts and shared response prefixes, encoded once for every pass over these rows."""
         prompts, rows = torch.unique(prompt_index, return_inverse=True)
         dev = self.device
-        return encode_prompts(learner.model, p_ids[prompts].to(dev), p_mask[prompts].to(dev)), rows.to(dev)
+        return SharedPrefixes(
+            learner.model,
+            p_ids[prompts].to(dev),
+            rows.to(dev),
+            resp.to(dev),
+            resp_mask.to(dev),
+            p_mask[prompts].to(dev),
+        )
 
     def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
         """Loss of one mini-batch. With ``skip_dead_rows``, HACPO cross rows whose clamp gives zero gradient
         (found by a no-grad pass over the cross rows, reusing the prompts' encoding) are left out of the
         backward; the loss still divides by the full N_m, and the logged metrics come from all rows, so the
         update is unchanged (exact)."""
-        model, resp = learner.model, resp.to(self.device)
-        prompts, rows = self._encode(learner, prompt_index, p_ids, p_mask)
+        shared = self._shared(learner, prompt_index, resp, batch.mask, p_ids, p_mask)
         cross = ~batch.own_rows()
         skip = (
             self.cfg.skip_dead_rows
@@ -470,11 +475,11 @@ class LocalTrainer:
             and bool(cross.any())
         )
         if not skip:
-            batch.logp = response_logprobs(model, prompts, rows, resp)
+            batch.logp = shared.logprobs()
             return policy_loss(batch, self.spec, m)
         cross_rows = torch.nonzero(cross).flatten()
         with torch.no_grad():
-            logp_cross = response_logprobs(model, prompts.detach(), rows[cross_rows], resp[cross_rows])
+            logp_cross = shared.logprobs(cross_rows, detach=True)
         s = torch.exp(
             sequence_log_ratio(
                 seq_mean_logp(logp_cross, batch.mask[cross_rows]),
@@ -489,9 +494,9 @@ class LocalTrainer:
         full = torch.zeros_like(batch.mask, dtype=logp_cross.dtype)
         full[cross_rows] = logp_cross
         if len(live_rows) == 0:  # all clamped: zero gradients, so the optimizer still steps as unskipped
-            loss = sum(p.sum() for p in model.parameters()) * 0.0
+            loss = sum(p.sum() for p in learner.model.parameters()) * 0.0
         else:
-            logp_live = response_logprobs(model, prompts, rows[live_rows], resp[live_rows])
+            logp_live = shared.logprobs(live_rows)
             sub = MiniBatch(
                 logp=logp_live,
                 mask=batch.mask[live_rows],
@@ -621,10 +626,16 @@ class LocalTrainer:
         cross = torch.nonzero(~rows.is_own).flatten()
         if len(cross):
             p_ids, p_mask = self.agents[k].prompt_ids(problems, self.cfg.prompt_style, "cpu")
-            learner, resp = self.agents[k], rows.response[cross].to(self.device)
             with torch.no_grad():
-                prompts, index = self._encode(learner, rows.prompt_index[cross], p_ids, p_mask)
-                lp = response_logprobs(learner.model, prompts, index, resp)
+                shared = self._shared(
+                    self.agents[k],
+                    rows.prompt_index[cross],
+                    rows.response[cross],
+                    rows.mask[cross],
+                    p_ids,
+                    p_mask,
+                )
+                lp = shared.logprobs()
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
 
