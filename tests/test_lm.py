@@ -38,10 +38,13 @@ def _model(kind: str, kv_heads: int = 4):
     )
     if kind == "llama":
         return LlamaForCausalLM(LlamaConfig(**common))
+    if kind == "gpt2":  # an architecture KVDecoder does not implement: sampling falls back to HFDecoder
+        cfg = GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=40, bos_token_id=1, eos_token_id=2)
+        return GPT2LMHeadModel(cfg)
     return Qwen3ForCausalLM(Qwen3Config(head_dim=8, **common))
 
 
-@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "gpt2"])
 @pytest.mark.parametrize("padded", [False, True])
 def test_sampling_logprobs_equal_a_full_forward(kind, padded):
     model = _model(kind).eval()

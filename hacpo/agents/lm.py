@@ -1,8 +1,10 @@
 """Causal-LM primitives shared by warm-up, the local engine and CPU evaluation: sampling and log-probs.
 
-A hand-written sampling loop (KV cache) returns the per-token sampling log-probs for free; at temperature 1
-they are the policy's log-probs, so the trainer needs no second forward for the generator's old log-probs.
-Prompts are left-padded (``prompt_mask`` marks real tokens); responses are right-padded after EOS.
+A hand-written sampling loop (KV cache, :mod:`hacpo.agents.decode`) returns the per-token sampling
+log-probs for free; at temperature 1 they are the policy's log-probs, so the trainer needs no second forward
+for the generator's old log-probs. Log-probs of many rows run every shared prompt and shared response prefix
+once (:class:`SharedPrefixes`), with or without gradients. Prompts are left-padded (``prompt_mask`` marks
+real tokens); responses are right-padded after EOS.
 """
 
 from __future__ import annotations
