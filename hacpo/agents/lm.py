@@ -261,26 +261,26 @@ def _group_by_prefix(
     for d in range(1, int(stop.max()) + 1):
         token = torch.where(stop >= d, response[:, d - 1] + 1, 0)  # 0: this row stopped sharing
         ids = torch.unique(ids * vocab + token, return_inverse=True)[1]
-        shared = torch.minimum(stop, torch.tensor(d))
+        shared = stop.clamp(max=d)
         cost = (int(ids.max()) + 1) * (prompt_len + d) + rows * int((lengths - shared).max())
         if cost < best[0]:
             best = (cost, ids, d)
     _, ids, d = best
     shared = torch.zeros(int(ids.max()) + 1, dtype=torch.long, device=ids.device)
-    shared.scatter_(0, ids, torch.minimum(stop, torch.tensor(d)))
+    shared.scatter_(0, ids, stop.clamp(max=d))
     return ids, shared
 
 
 class SharedPrefixes:
     """Log-probs of many responses, with every shared prefix run through the model once.
 
-    Rows with the same prompt (a *group*: a prompt's G samples, and in HACPO the other agents' samples too)
-    share the prompt, and usually the start of the response as well (on the toy task every answer opens
-    with the 7 tokens ``\\boxed{``). A causal LM's state at a position depends only on the tokens up to it, so
-    each group's prompt plus the response prefix common to all of its rows is encoded once, and each row
-    runs only the rest of its response on top of that KV cache. Values and gradients equal a plain forward
-    over every row (float rounding aside; ``tests/test_lm.py``); a row's forward and backward shrink from
-    ≈ 12 tokens to ≈ 5 on the toy task.
+    Rows with the same prompt (a prompt's G samples, and in HACPO the other agents' samples too) share the
+    prompt, and usually the start of the response as well (on the toy task every answer opens with the 7
+    tokens of ``\\boxed{``). A causal LM's state at a position depends only on the tokens up to it, so
+    rows are grouped by (prompt, first c response tokens) (:func:`_group_by_prefix` picks c), each group's
+    prompt and prefix are encoded once, and each row runs only the rest of its response on that KV cache.
+    Values and gradients equal a plain forward over every row (float rounding aside; ``tests/test_lm.py``);
+    a row's forward and backward shrink from ≈ 12.5 tokens to ≈ 5 on the toy task.
 
     Built under grad, :meth:`logprobs` can be called for several row subsets (e.g. a no-grad pass over
     some rows with ``detach=True``, then a grad pass over others) without encoding the prefixes again.
