@@ -126,37 +126,26 @@ class KVDecoder:
     @torch.no_grad()
     def step(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """Logits ``[B, V]`` after feeding ``tok`` ``[B]`` at positions ``pos`` ``[B]``."""
-        return self.extend(tok[:, None], pos[:, None])[:, 0]
-
-    @torch.no_grad()
-    def extend(self, tokens: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        """Logits ``[B, T, V]`` after feeding ``tokens`` ``[B, T]`` (causal among themselves) at ``pos``."""
-        (b, t), h, hk, d = tokens.shape, self.heads, self.kv_heads, self.head_dim
-        at, end = self.length, self.length + t
-        self.length = end
-        freqs = pos[..., None].float() * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [B, 1, T, d]
+        b, h, hk, d = tok.shape[0], self.heads, self.kv_heads, self.head_dim
+        at = self.length
+        self.length += 1
+        freqs = pos[:, None].float() * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]  # [B, 1, d]
         cos, sin = emb.cos(), emb.sin()
-        allowed = None  # [B or 1, 1, 1, T, L]
-        if t > 1:
-            allowed = torch.ones(t, end, dtype=torch.bool, device=tokens.device).tril(at)[None, None, None]
-        if self.key_ok is not None:
-            ok = self.key_ok[:, :, :, None, :end]
-            allowed = ok if allowed is None else allowed & ok
-        x = self.core.embed_tokens(tokens)  # [B, T, hidden]
+        x = self.core.embed_tokens(tok)  # [B, hidden]
         for layer, kb, vb in zip(self.layers, self.keys, self.values, strict=True):
             qkv = F.linear(self._norm(x, layer["ln1"]), layer["qkv"])
-            q, k, v = (z.transpose(1, 2) for z in qkv.view(b, t, h + 2 * hk, d).split((h, hk, hk), dim=2))
+            q, k, v = qkv.view(b, h + 2 * hk, d).split((h, hk, hk), dim=1)
             if self.qk_norm:
                 q, k = self._norm(q, layer["q_norm"]), self._norm(k, layer["k_norm"])
-            kb[:, :, at:end] = self._rope(k, cos, sin)
-            vb[:, :, at:end] = v
-            q = self._rope(q, cos, sin).reshape(b, hk, (h // hk) * t, d)  # query heads grouped by kv head
-            scores = (q @ kb[:, :, :end].transpose(-1, -2)) * d**-0.5  # [B, hk, groups·T, L]
-            if allowed is not None:
-                scores = scores.view(b, hk, h // hk, t, end).masked_fill(~allowed, float("-inf"))
-            out = scores.view(b, hk, -1, end).softmax(dim=-1) @ vb[:, :, :end]  # [B, hk, groups·T, d]
-            x = x + F.linear(out.view(b, h, t, d).transpose(1, 2).reshape(b, t, h * d), layer["o"])
+            kb[:, :, at] = self._rope(k, cos, sin)
+            vb[:, :, at] = v
+            q = self._rope(q, cos, sin).view(b, hk, h // hk, d)  # query heads grouped by their kv head
+            scores = (q @ kb[:, :, : at + 1].transpose(-1, -2)) * d**-0.5  # [B, hk, groups, L]
+            if self.key_ok is not None:
+                scores = scores.masked_fill(~self.key_ok[:, :, :, : at + 1], float("-inf"))
+            out = (scores.softmax(dim=-1) @ vb[:, :, : at + 1]).reshape(b, h * d)
+            x = x + F.linear(out, layer["o"])
             gate, up = F.linear(self._norm(x, layer["ln2"]), layer["gate_up"]).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer["down"])
         return F.linear(self._norm(x, self.core.norm.weight), self.lm_head)
