@@ -10,6 +10,7 @@ run_dir/checkpoints/<agent>/step-N/      Hugging Face format (+ trainer_state.pt
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -66,6 +67,30 @@ def json_arg(text: str, what: str = "--spec") -> dict:
     if not isinstance(obj, dict):
         raise ValueError(f"{src}: expected a JSON object, got {type(obj).__name__}")
     return obj
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    """Rows of a JSONL file, plain or gzip (told by its magic bytes, not its name); blank lines skipped.
+
+    Every line must be a JSON object; errors name the file and line (``path:n: …``).
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        gz = f.read(2) == b"\x1f\x8b"
+    opener = gzip.open if gz else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    return rows
 
 
 def atomic_write_json(path: str | Path, obj) -> None:

@@ -26,11 +26,11 @@ from hacpo.data.prepare import (
     add_cli,
     load_raw,
     prepare_dataset,
-    read_jsonl_any,
     update_manifest,
     write_manifest,
 )
 from hacpo.data.registry import get, last_boxed_answer, names
+from hacpo.runio import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "data" / "datasets"
@@ -112,7 +112,7 @@ def _prepare_fixture(name, tmp_path, **kw):
     entry = prepare_dataset(
         name, out, local_file=_fixture(name), expect_count=False, allow_download=False, **kw
     )
-    return entry, read_jsonl_any(out)
+    return entry, read_jsonl(out)
 
 
 def _sha256(path: Path) -> str:
@@ -211,7 +211,7 @@ def test_minerva_scientific_gold_matches_latex_and_keeps_raw(tmp_path):
 def test_fixture_extraction_and_schema(name, tmp_path):
     entry, rows = _prepare_fixture(name, tmp_path)
     assert [r["answer"] for r in rows] == EXPECTED_GOLDS[name]
-    raw = read_jsonl_any(_fixture(name))
+    raw = read_jsonl(_fixture(name))
     spec = get(name)
     for i, (r, src) in enumerate(zip(rows, raw, strict=True)):
         assert set(r) == {"id", "problem", "answer", "source", "metadata"}
@@ -241,18 +241,18 @@ def test_metadata_keeps_useful_fields(tmp_path):
 
 
 def test_ids_are_independent_of_row_order(tmp_path):
-    raw = read_jsonl_any(_fixture("math"))
+    raw = read_jsonl(_fixture("math"))
     shuffled = tmp_path / "shuffled.jsonl"
     shuffled.write_text("".join(json.dumps(r) + "\n" for r in reversed(raw)))
     a = _prepare_fixture("math", tmp_path)[1]
     prepare_dataset("math", tmp_path / "b.jsonl", local_file=shuffled, expect_count=False)
-    b = read_jsonl_any(tmp_path / "b.jsonl")
+    b = read_jsonl(tmp_path / "b.jsonl")
     assert {r["id"]: r["answer"] for r in a} == {r["id"]: r["answer"] for r in b}
 
 
 def test_missing_gold_raises_with_record_id(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    rows = read_jsonl_any(_fixture("math"))
+    rows = read_jsonl(_fixture("math"))
     rows[1] = {**rows[1], "solution": "no box at all"}
     bad.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out.jsonl"
@@ -294,7 +294,7 @@ def test_gz_output_is_deterministic_and_readable(tmp_path):
     b = prepare_dataset("amc23", tmp_path / "b.jsonl.gz", local_file=_fixture("amc23"), expect_count=False)
     assert a["sha256"] == b["sha256"]
     assert (tmp_path / "a.jsonl.gz").read_bytes()[:2] == b"\x1f\x8b"
-    assert [r["answer"] for r in read_jsonl_any(tmp_path / "a.jsonl.gz")] == ["27", "-1"]
+    assert [r["answer"] for r in read_jsonl(tmp_path / "a.jsonl.gz")] == ["27", "-1"]
 
 
 def test_count_mismatch_is_an_error_and_writes_nothing(tmp_path):
@@ -348,7 +348,7 @@ def test_cache_folder_is_searched_for_both_names(tmp_path):
 
 def test_hub_download_is_pinned_and_cached(tmp_path, monkeypatch):
     calls = []
-    raw = read_jsonl_any(_fixture("olympiad"))
+    raw = read_jsonl(_fixture("olympiad"))
 
     def load_dataset(path, name=None, *, split, revision):
         calls.append((path, name, split, revision))
@@ -362,7 +362,7 @@ def test_hub_download_is_pinned_and_cached(tmp_path, monkeypatch):
     entry = prepare_dataset("olympiad", tmp_path / "o.jsonl", cache_dir=cache, expect_count=False)
     assert calls == [(spec.hub_id, spec.config, spec.split, spec.revision)]
     assert entry["source_kind"] == "hub" and entry["source"] == f"hub:{spec.hub_id}@{spec.revision}"
-    assert read_jsonl_any(cache / spec.local_file) == raw
+    assert read_jsonl(cache / spec.local_file) == raw
     # the next run finds the cached copy, even offline
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     again = prepare_dataset("olympiad", tmp_path / "o2.jsonl", cache_dir=cache, expect_count=False)
@@ -427,7 +427,7 @@ def prepared_real(shared_data, tmp_path_factory):
         entry = prepare_dataset(
             n, out / f"{n}.jsonl", local_file=shared_data / get(n).local_file, allow_download=False
         )
-        result[n] = (entry, read_jsonl_any(out / f"{n}.jsonl"))
+        result[n] = (entry, read_jsonl(out / f"{n}.jsonl"))
     return result
 
 

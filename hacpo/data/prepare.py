@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from hacpo.data.registry import DatasetSpec, GoldAnswerError, get, names, normalise_record
-from hacpo.runio import atomic_write_bytes, atomic_write_json, sha256_file
+from hacpo.runio import atomic_write_bytes, atomic_write_json, read_jsonl, sha256_file
 
 __all__ = [
     "DatasetCountError",
@@ -41,7 +41,6 @@ __all__ = [
     "load_raw",
     "normalise_rows",
     "prepare_dataset",
-    "read_jsonl_any",
     "update_manifest",
     "write_manifest",
 ]
@@ -72,27 +71,6 @@ def _offline_env() -> bool:
 # ----------------------------------------------------------------------------------------------------------
 # Reading and writing
 # ----------------------------------------------------------------------------------------------------------
-
-
-def read_jsonl_any(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a JSONL file, plain or gzip (told by its magic bytes, not its name); blank lines skipped."""
-    path = Path(path)
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    opener = gzip.open if gz else open
-    rows = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
 
 
 def _jsonl_bytes(rows: Iterable[Mapping[str, Any]], gz: bool) -> bytes:
@@ -151,12 +129,12 @@ def load_raw(
                 f"dataset {spec.name!r}: the given file {str(p)!r} does not exist "
                 f"(expected a JSONL copy such as {spec.local_file})"
             )
-        return read_jsonl_any(p), {"kind": "file", "path": str(p), "sha256": sha256_file(p)}
+        return read_jsonl(p), {"kind": "file", "path": str(p), "sha256": sha256_file(p)}
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     searched = [cache / f for f in spec.local_file_names]
     for p in searched:
         if p.is_file():
-            return read_jsonl_any(p), {"kind": "cache", "path": str(p), "sha256": sha256_file(p)}
+            return read_jsonl(p), {"kind": "cache", "path": str(p), "sha256": sha256_file(p)}
     why = None
     if not allow_download:
         why = "downloading is disabled (--offline)"

@@ -31,6 +31,7 @@ from fractions import Fraction
 from math import lcm
 from pathlib import Path
 
+from hacpo import runio
 from hacpo.runio import atomic_write_text
 
 STYLES = ("compact", "paper")
@@ -408,14 +409,6 @@ def write_jsonl(path: str | os.PathLike, rows: Iterable[Problem | dict]) -> Path
 
 
 def read_jsonl(path: str | os.PathLike, as_problems: bool = False) -> list:
-    """Read a JSONL file (blank lines skipped); ``as_problems=True`` returns :class:`Problem` objects."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+    """Read a JSONL file (:func:`hacpo.runio.read_jsonl`); ``as_problems=True`` returns :class:`Problem`s."""
+    rows = runio.read_jsonl(path)
     return [Problem.from_dict(r) for r in rows] if as_problems else rows

@@ -20,7 +20,7 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from hacpo.report.paper import paper_value
-from hacpo.runio import atomic_write_text
+from hacpo.runio import atomic_write_text, read_jsonl
 
 CSV_COLUMNS = ["table", "block", "model", "method", "column", "ours", "ours_std", "n_seeds", "paper", "delta"]
 
@@ -104,14 +104,10 @@ def _read_jsonl(path, where: str) -> list[dict]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"{where}: file {str(p)!r} does not exist")
-    out = []
-    for i, line in enumerate(p.read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: {str(p)!r} line {i} is not valid JSON ({err})") from err
-    return out
+    try:
+        return read_jsonl(p)
+    except ValueError as err:
+        raise ValueError(f"{where}: {err}") from err
 
 
 def _mean_std(vals: list[float]) -> tuple[float | None, float | None]:

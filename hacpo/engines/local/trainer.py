@@ -16,7 +16,6 @@ checkpoint and ends with the same metrics as an uninterrupted one (bitwise on th
 
 from __future__ import annotations
 
-import json
 import math
 import resource
 import shutil
@@ -51,13 +50,20 @@ from hacpo.config import TrainConfig
 from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.reward import Scorer
-from hacpo.runio import MetricsLog, atomic_dir, atomic_write_json, checkpoint_steps, read_json, versions
+from hacpo.runio import (
+    MetricsLog,
+    atomic_dir,
+    atomic_write_json,
+    checkpoint_steps,
+    read_json,
+    read_jsonl,
+    versions,
+)
 
 
 # ---------------------------------------------------------------------------------------------- data
 def read_problems(path: str | Path) -> list[dict]:
-    with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(path)
     for i, r in enumerate(rows):
         if not {"id", "problem", "answer"} <= r.keys():
             raise ValueError(f"{path}: record {i} lacks one of id/problem/answer: {sorted(r)}")
