@@ -60,12 +60,17 @@ def json_arg(text: str, what: str = "--spec") -> dict:
         if not path.is_file():
             raise ValueError(f"{what}: file {str(path)!r} does not exist")
         src, text = str(path), path.read_text()
+    return _json_object(text, src)
+
+
+def _json_object(text: str, where: str) -> dict:
+    """``text`` parsed as a JSON object; errors start with ``where``."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as err:
-        raise ValueError(f"{src}: not valid JSON ({err})") from err
+        raise ValueError(f"{where}: not valid JSON ({err})") from err
     if not isinstance(obj, dict):
-        raise ValueError(f"{src}: expected a JSON object, got {type(obj).__name__}")
+        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
     return obj
 
 
@@ -78,19 +83,8 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
     opener = gzip.open if gz else open
-    rows = []
     with opener(path, "rt", encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
-    return rows
+        return [_json_object(line, f"{path}:{n}") for n, line in enumerate(f, 1) if line.strip()]
 
 
 def atomic_write_json(path: str | Path, obj) -> None:
