@@ -259,14 +259,23 @@ def test_paper_prompt_wording_with_variable_length_prompts(tmp_path, small_agent
         assert 0.0 <= row[f"{name}/cross_in_bounds_frac"] <= 1.0
 
 
-def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agent):
+@pytest.mark.parametrize("order", ["mixed", "self_first"])  # self_first: mini-batches of cross rows only
+def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agent, order):
     """Leaving zero-gradient cross rows out of the backward changes neither the update nor the metrics."""
     from transformers import AutoModelForCausalLM
 
     agents = [("llama", small_agent), ("qwen", other_agent)]
     runs = {}
     for skip in (True, False):
-        cfg = _cfg(tmp_path / str(skip), agents, "hacpo", data=toy_data, steps=2, skip_dead_rows=skip)
+        cfg = _cfg(
+            tmp_path / str(skip),
+            agents,
+            "hacpo",
+            data=toy_data,
+            steps=2,
+            skip_dead_rows=skip,
+            minibatch_order=order,
+        )
         train(cfg)
         runs[skip] = MetricsLog(tmp_path / str(skip) / "hacpo" / "metrics.jsonl").read()
     a, b = runs[True], runs[False]
