@@ -149,6 +149,20 @@ def _wait_for(predicate, timeout: float, proc=None) -> None:
         time.sleep(0.2)
 
 
+def _resumable_joint_runs(runs: Path) -> list[Path]:
+    """Joint runs with a checkpoint for every agent. run.json records a step only once all its agents'
+    checkpoints are written; one agent's ``step-2`` folder alone is not a resumable checkpoint."""
+    found = []
+    for run_json in runs.glob("joint/*/*/seed*/run.json"):
+        try:
+            state = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            continue
+        if state.get("status") == "running" and state.get("step", 0) >= 2:
+            found.append(run_json.parent)
+    return found
+
+
 @pytest.mark.slow
 def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     """The CI config through the whole DAG. Snakemake is killed while a joint run is past a checkpoint;
@@ -171,25 +185,18 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     log = open(tmp_path / "first.log", "w")
     proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_for(
-            lambda: (
-                list(runs.glob("joint/*/*/seed*/checkpoints/*/step-2"))
-                and list(runs.glob("*/*/*/*/done.json"))
-            ),
-            300,
-            proc,
-        )
+        _wait_for(lambda: _resumable_joint_runs(runs) and list(runs.glob("*/*/*/*/done.json")), 300, proc)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+    # Jobs run in the warm worker's forked children (their own sessions): the worker terminates them once
+    # Snakemake is gone and logs "exited" after the last one. Snapshot the runs only after that.
+    worker_log = work / "results" / "logs" / "worker.log"
+    _wait_for(lambda: worker_log.read_text().rstrip().endswith("exited"), 60)
     finished = {p: p.stat().st_mtime_ns for p in runs.glob("*/*/*/*/done.json")}
-    interrupted = [
-        p.parents[2]
-        for p in runs.glob("joint/*/*/seed*/checkpoints/*/step-2")
-        if not (p.parents[2] / "done.json").exists()
-    ]
+    interrupted = [d for d in _resumable_joint_runs(runs) if not (d / "done.json").exists()]
     assert finished and interrupted, "the kill should fall between finished and unfinished runs"
 
     out = run(args, cwd=ROOT, timeout=900)
