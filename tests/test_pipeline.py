@@ -230,6 +230,11 @@ BAD = [
     ("methods", {"long": {"method": "hacpo_plus"}}, "methods.long.method: unknown method 'hacpo_plus'"),
     ("sft", None, "models.llama.warmup: warm-up models need an `sft:` section"),
     ("surprise", 1, "surprise: Extra inputs are not permitted"),
+    (
+        "figures.table1",
+        {"kind": "curves", "pairs": ["mixed"], "methods": ["hacpo"]},
+        "figures.table1: a table has this name too",
+    ),
 ]
 
 

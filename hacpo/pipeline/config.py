@@ -324,6 +324,11 @@ class PipelineConfig(_Strict):
             if e.benchmarks != "all":
                 for i, b in enumerate(e.benchmarks):
                     need(f"eval_settings.{name}.benchmarks.{i}", b, self.benchmarks, "benchmark")
+        for name in sorted(set(self.tables) & set(self.figures)):
+            errs.append(
+                f"figures.{name}: a table has this name too; rename one "
+                "(each name is a `snakemake <name>` target)"
+            )
         methods = self.method_names()
         for tname, t in {**self.tables, **{f"figures.{k}": v for k, v in self.figures.items()}}.items():
             path = tname if tname.startswith("figures.") else f"tables.{tname}"

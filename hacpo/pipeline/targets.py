@@ -466,8 +466,7 @@ class Pipeline:
         return set()
 
     def final_targets(self) -> list[str]:
-        files = [f"{R}/tables/{t}.{ext}" for t in self.cfg.tables for ext in ("csv", "md", "tex")]
-        files += [f"{R}/figures/{f}.png" for f in self.cfg.figures]
+        files = [f for name in [*self.cfg.tables, *self.cfg.figures] for f in self.named_target(name)]
         return files + [f"{R}/data/manifest.json", f"{R}/profiles.csv"]
 
     def named_target(self, name: str) -> list[str]:
