@@ -10,6 +10,8 @@ run_dir/checkpoints/<agent>/step-N/      Hugging Face format (+ trainer_state.pt
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import json
@@ -123,6 +125,41 @@ class _AtomicDir:
         else:
             os.replace(self.tmp, self.final)
         return False
+
+
+def sweep_temporaries(root: str | Path) -> int:
+    """Remove what interrupted atomic writes left below ``root`` (the hidden ``.<name>.*.tmp`` / ``.old``
+    siblings of :func:`atomic_write_bytes` and :func:`atomic_dir`); returns how many were removed. Call it
+    only while holding :func:`run_lock`: a live writer's temporaries look the same."""
+    found = [
+        p for p in Path(root).rglob(".*") if p.name.startswith(".") and p.name.endswith((".tmp", ".old"))
+    ]
+    for p in found:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return len(found)
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: str | Path):
+    """Hold ``run_dir/.lock`` exclusively (flock): a second process training the same run directory fails at
+    once instead of interleaving writes. The kernel drops the lock when the holder dies, even by SIGKILL."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(
+                f"{run_dir} is being written by another process (it holds {run_dir / '.lock'}); "
+                "wait for it or stop it"
+            ) from None
+        try:
+            yield run_dir
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class MetricsLog:

@@ -146,14 +146,18 @@ def test_identical_agents_give_unit_cross_ratio(tmp_path, toy_data, small_agent)
     assert row["a/s_homo_mean"] == pytest.approx(1.0, abs=1e-5)
 
 
-def test_resume_after_kill_matches_uninterrupted(tmp_path, toy_data, small_agent, other_agent, monkeypatch):
+@pytest.mark.parametrize("val_every", [0, 2])  # 2: the resume step is also a validation step
+def test_resume_after_kill_matches_uninterrupted(
+    tmp_path, toy_data, small_agent, other_agent, monkeypatch, val_every
+):
     import hacpo.engines.local.trainer as tr
 
     agents = [("llama", small_agent), ("qwen", other_agent)]
-    ref = _cfg(tmp_path / "ref", agents, "hacpo", data=toy_data, steps=4, checkpoint_every=2)
+    kw = dict(data=toy_data, steps=4, checkpoint_every=2, val_every=val_every, val_size=20)
+    ref = _cfg(tmp_path / "ref", agents, "hacpo", **kw)
     train(ref)
 
-    cfg = _cfg(tmp_path / "killed", agents, "hacpo", data=toy_data, steps=4, checkpoint_every=2)
+    cfg = _cfg(tmp_path / "killed", agents, "hacpo", **kw)
     real_step = tr.LocalTrainer.train_step
 
     def dying(self, step):
@@ -176,6 +180,7 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path, toy_data, small_agent
     assert a == b  # bitwise: same machine, same thread count
     va = MetricsLog(tmp_path / "ref/hacpo/validation.jsonl").read()
     vb = MetricsLog(tmp_path / "killed/hacpo/validation.jsonl").read()
+    assert [v["step"] for v in va] == ([0, 0, 2, 2, 4, 4] if val_every else [0, 0, 4, 4])
     assert va == vb
 
 

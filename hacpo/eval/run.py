@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hacpo.reward import Scorer, extract_boxed
-from hacpo.runio import atomic_write_json, atomic_write_text
+from hacpo.runio import atomic_write_json, atomic_write_text, run_lock, sweep_temporaries
 
 from .metrics import summarize
 
@@ -130,7 +130,12 @@ def evaluate_setting(
 
     ``settings`` = ``{"max_new_tokens", "prompt_style", "benchmarks": {name: {"file", "metric", "greedy",
     "k", "temperature", "top_p"}}}`` (built by :meth:`hacpo.pipeline.Pipeline.eval_settings`)."""
-    out_dir = Path(out_dir)
+    with run_lock(out_dir):
+        sweep_temporaries(out_dir)  # a killed evaluation's half-written files; finished ones are redone
+        return _evaluate_setting(generator, settings, Path(out_dir), seed, scorer_workers)
+
+
+def _evaluate_setting(generator, settings: dict, out_dir: Path, seed: int, scorer_workers: int) -> dict:
     results = {}
     for name, b in settings["benchmarks"].items():
         sampling = Sampling(

@@ -57,6 +57,8 @@ from hacpo.runio import (
     checkpoint_steps,
     read_json,
     read_jsonl,
+    run_lock,
+    sweep_temporaries,
     versions,
 )
 
@@ -212,6 +214,11 @@ class LocalTrainer:
         return self.cfg.config_hash()
 
     def _start_or_resume(self) -> int:
+        """The step to start from: 0, the newest checkpoint every agent has, or -1 (already complete).
+
+        A checkpoint at step s is written after step s's metrics row and validation, so on resume the logs
+        keep exactly the rows of steps < s (metrics) and ≤ s (validation); a validation at s that a damaged
+        log lacks is run again (greedy: no RNG use, so the resumed run stays bitwise)."""
         run_json = self.out / "run.json"
         if run_json.exists():
             prev = read_json(run_json)
@@ -221,15 +228,26 @@ class LocalTrainer:
                 )
             if prev.get("status") == "complete":
                 return -1
+        sweep_temporaries(self.out)  # leftovers of writes a kill interrupted (never read as complete)
         steps = checkpoint_steps(self.out, [a.name for a in self.agents])
         start = steps[-1] if steps else 0
         if start:
             print(f"resuming {self.out} from its step-{start} checkpoint", file=sys.stderr, flush=True)
             self._load_checkpoint(start)
         self.metrics.truncate_to(start)
-        self.validation.truncate_to(start if start else -1)
+        self.validation.truncate_to(start + 1 if start else 0)
+        if start and self._validation_due(start):
+            validated = {r["agent"] for r in self.validation.read() if r.get("step") == start}
+            if validated != {a.name for a in self.agents}:
+                self.validation.truncate_to(start)
+                self.validate(start)
         self._write_run_json("running", start)
         return start
+
+    def _validation_due(self, done: int) -> bool:
+        """Validation runs before training, every ``val_every`` steps, and after the last step."""
+        every = self.cfg.val_every
+        return done == 0 or done == self.cfg.steps or bool(every and done % every == 0)
 
     def _write_run_json(self, status: str, step: int, extra: dict | None = None) -> None:
         atomic_write_json(
@@ -250,6 +268,8 @@ class LocalTrainer:
         )
 
     def _save_checkpoint(self, step: int) -> None:
+        """Every agent's checkpoint, then ``run.json`` (the step is resumable from here), then pruning: a kill
+        at any point leaves the previous complete checkpoint of every agent in place."""
         for agent in self.agents:
             final = self.out / "checkpoints" / agent.name / f"step-{step}"
             with atomic_dir(final) as tmp:
@@ -265,6 +285,8 @@ class LocalTrainer:
                     },
                     tmp / "trainer_state.pt",
                 )
+        self._write_run_json("running", step)
+        for agent in self.agents:
             self._prune_checkpoints(agent.name, step)
 
     def _prune_checkpoints(self, name: str, newest: int) -> None:
@@ -539,6 +561,10 @@ class LocalTrainer:
 
     # ----------------------------------------------------------------------------- main loop
     def train(self) -> dict:
+        with run_lock(self.out):
+            return self._train()
+
+    def _train(self) -> dict:
         cfg = self.cfg
         start = self._start_or_resume()
         if start < 0:
@@ -556,13 +582,10 @@ class LocalTrainer:
             row = self.train_step(step)
             self.metrics.append(row)
             done = step + 1
-            if cfg.val_every and done % cfg.val_every == 0 and done != cfg.steps:
+            if self._validation_due(done):
                 self.validate(done)
             if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
-                if done == cfg.steps:
-                    self.validate(done)
                 self._save_checkpoint(done)
-                self._write_run_json("running", done)
             if bar:
                 bar.update(1)
                 bar.set_postfix({a.name: f"{row[f'{a.name}/reward']:.2f}" for a in self.agents})
