@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,12 +164,20 @@ def _resumable_joint_runs(runs: Path) -> list[Path]:
     return found
 
 
+def _outputs(work: Path) -> dict[str, bytes]:
+    """Every table and figure CSV except the measured ones (runtime, memory: wall time differs per run)."""
+    res = work / "results"
+    files = [*res.glob("tables/*.csv"), *res.glob("figures/*.csv")]
+    return {f.name: f.read_bytes() for f in files if f.stem not in ("table7", "table8")}
+
+
 @pytest.mark.slow
 def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
-    """The CI config through the whole DAG. Snakemake is killed while a joint run is past a checkpoint;
-    the rerun resumes that run from the checkpoint and redoes no finished job; then every table is checked."""
+    """The CI config through the whole DAG; then every joint run is deleted and Snakemake is killed while one
+    is past a checkpoint. The rerun resumes it from the checkpoint, redoes no finished job, and every table
+    and figure CSV is byte-identical to the uninterrupted run's."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
-    cfg["training"] |= {"steps": 6, "checkpoint_every": 2}
+    cfg["training"] |= {"steps": 6, "checkpoint_every": 2}  # validation every step: a checkpoint step too
     configfile = tmp_path / "ci.yaml"
     configfile.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "w"
@@ -181,11 +190,18 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
         str(work),
         "--rerun-incomplete",
     ]
+    run(args, cwd=ROOT, timeout=900)
+    uninterrupted = _outputs(work)
+    assert {"table1.csv", "table5.csv", "figure2.csv"} <= set(uninterrupted)
+
     runs = work / "results" / "runs"
+    for downstream in ("runs/joint", "eval/main/joint", "tables", "figures"):  # the joint runs and all after
+        shutil.rmtree(work / "results" / downstream)
     log = open(tmp_path / "first.log", "w")
     proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        _wait_for(lambda: _resumable_joint_runs(runs) and list(runs.glob("*/*/*/*/done.json")), 300, proc)
+        curve_run = runs / "joint" / "mixed" / "hacpo" / "seed0"  # a run that figure 2 plots
+        _wait_for(lambda: curve_run in _resumable_joint_runs(runs), 300, proc)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
@@ -199,21 +215,27 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
         _wait_for(lambda: worker_log.read_text().rstrip().endswith("exited"), 60)
     finished = {p: p.stat().st_mtime_ns for p in runs.glob("*/*/*/*/done.json")}
     interrupted = [d for d in _resumable_joint_runs(runs) if not (d / "done.json").exists()]
-    assert finished and interrupted, "the kill should fall between finished and unfinished runs"
+    assert finished and curve_run in interrupted, "the kill should fall between finished and unfinished runs"
 
     out = run(args, cwd=ROOT, timeout=900)
     assert "Nothing to be done" not in out.stdout + out.stderr
     for p, mtime in finished.items():  # finished jobs were not redone
         assert p.stat().st_mtime_ns == mtime, p
-    for (
-        run_dir
-    ) in interrupted:  # interrupted runs resumed from their checkpoint (nothing lost, nothing moved)
+    for run_dir in interrupted:  # resumed from their checkpoint (nothing lost, nothing moved)
         rel = run_dir.relative_to(runs)
         train_log = (work / "results" / "logs" / "train" / rel).with_suffix(".log")
         assert "resuming" in train_log.read_text(), train_log
         steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert steps == list(range(6))
+        val_steps = [
+            json.loads(line)["step"] for line in (run_dir / "validation.jsonl").read_text().splitlines()
+        ]
+        assert val_steps == [s for s in range(7) for _agent in (0, 1)]  # the checkpoint step's row too
     assert not list(runs.glob("**/*.superseded-*"))
+    resumed = _outputs(work)
+    assert resumed.keys() == uninterrupted.keys()
+    for name, content in uninterrupted.items():
+        assert resumed[name] == content, f"{name} differs after the interrupted, resumed workflow"
 
     tables = work / "results" / "tables"
     t1 = pd.read_csv(tables / "table1.csv")
