@@ -1,0 +1,77 @@
+"""The README's commands work as typed: every ``hacpo`` line parses with the real command-line parser, every
+repository file a command names exists, and the walk-through's steps fit together (the run config it trains
+is the one it shows, and the checkpoint it evaluates is the one that run writes)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hacpo.cli import build_parser
+from hacpo.config import load_train_config
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+REPO_DIRS = ("config/", "tests/", "profiles/", "scripts/", "workflow/", "benchmarks/")
+
+
+def commands() -> list[list[str]]:
+    """Each command of the README's bash blocks as argv (comments dropped, ``&&`` chains split)."""
+    out = []
+    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+        for line in block.splitlines():
+            argv: list[str] = []
+            for token in [*shlex.split(line, comments=True), "&&"]:
+                if token != "&&":
+                    argv.append(token)
+                    continue
+                while argv and "=" in argv[0] and not argv[0].startswith("-"):  # VAR=value prefixes
+                    argv = argv[1:]
+                if argv:
+                    out.append(argv)
+                argv = []
+    return out
+
+
+COMMANDS = commands()
+
+
+def test_the_readme_has_its_commands():
+    programs = {Path(a[0]).name for a in COMMANDS}
+    assert {"hacpo", "snakemake", "bash", "source"} <= programs
+    assert sum(a[0] == "hacpo" for a in COMMANDS) >= 8
+
+
+@pytest.mark.parametrize("argv", [a for a in COMMANDS if a[0] == "hacpo"], ids=lambda a: " ".join(a[:2]))
+def test_hacpo_commands_parse(argv):
+    try:
+        build_parser().parse_args(argv[1:])
+    except SystemExit as err:
+        pytest.fail(f"`{' '.join(argv)}` is rejected by hacpo's parser (exit {err.code})")
+
+
+def test_named_repository_files_exist():
+    for argv in COMMANDS:
+        for token in argv:
+            path = token.split(":")[0]  # config/agents/toy.yaml:small names an entry of a file
+            if path.startswith(REPO_DIRS):
+                assert (ROOT / path).exists(), f"`{' '.join(argv)}` names {path}, which does not exist"
+    for name in re.findall(r"config/agents/toy\.yaml:(\w+)", README):
+        assert name in yaml.safe_load((ROOT / "config/agents/toy.yaml").read_text()), name
+
+
+def test_walkthrough_run_config_is_the_one_shown_and_its_checkpoint_is_evaluated():
+    shown = re.search(r"```yaml\n(.*?)```", README[README.index("## Using HACPO") :], re.S).group(1)
+    shipped = ROOT / "config/runs/hacpo-small-big.yaml"
+    assert yaml.safe_load(shown) == yaml.safe_load(shipped.read_text())
+    cfg = load_train_config(str(shipped))
+    (evaluated,) = [a[a.index("--checkpoint") + 1] for a in COMMANDS if a[:2] == ["hacpo", "eval"]]
+    assert evaluated == f"{cfg.out_dir}/checkpoints/{cfg.agents[0].name}/step-{cfg.steps}"
+    built = {a[a.index("--out") + 1] for a in COMMANDS if a[:2] == ["hacpo", "build-agent"]}
+    assert {a.path for a in cfg.agents} <= built
+    (data,) = [a[a.index("--out") + 1] for a in COMMANDS if a[:2] == ["hacpo", "data"]]
+    assert Path(cfg.train_file).parent == Path(cfg.val_file).parent == Path(data)
