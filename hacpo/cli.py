@@ -27,11 +27,14 @@ def _parse_sets(pairs: list[str]) -> dict:
 
 
 def cmd_methods(args) -> int:
-    from hacpo.algo import METHODS
+    from hacpo.algo import HACPO_KNOBS, METHODS, VARIANT_KNOBS
 
     for m in METHODS.values():
         print(f"{m.name:20s} {json.dumps({k: v for k, v in m.to_dict().items() if k != 'name'})}")
-    print("hacpo_alpha<N>       hacpo with α = N (e.g. hacpo_alpha3, hacpo_alpha1p5)")
+    print(f"\nHACPO hyper-parameters (run config keys, HACPO losses only): {', '.join(HACPO_KNOBS)}")
+    print("variant knobs (run config keys):")
+    for knob, spec in VARIANT_KNOBS.items():
+        print(f"  {knob}: {' | '.join(spec['values'])}  ({', '.join(spec['methods'])} only)")
     return 0
 
 
@@ -60,19 +63,18 @@ def _supersede(cfg) -> None:
     """Workflow mode (``--marker``): the workflow asked for this run, so a finished run in ``out_dir`` or one
     with another config is stale: move it aside (never delete); an interrupted same-config run resumes.
     """
+    from hacpo.runio import RunRecord
+
     out = Path(cfg.out_dir)
-    run_json = out / "run.json"
-    if not run_json.is_file():
-        return
-    prev = json.loads(run_json.read_text())
-    if prev.get("status") != "complete" and prev.get("config_hash") == cfg.config_hash():
+    prev = RunRecord.read(out)
+    if prev is None or (not prev.complete and prev.config_hash == cfg.config_hash()):
         return
     n = 1
     while out.with_name(f"{out.name}.superseded-{n}").exists():
         n += 1
     out.rename(out.with_name(f"{out.name}.superseded-{n}"))
     print(
-        f"moved the previous run to {out.name}.superseded-{n} (it was {prev.get('status')})", file=sys.stderr
+        f"moved the previous run to {out.name}.superseded-{n} (it was {prev.status})", file=sys.stderr
     )
 
 
@@ -93,8 +95,8 @@ def cmd_train(args) -> int:
         _supersede(cfg)
     run = train(cfg)
     summary = {
-        "status": run["status"],
-        "step": run["step"],
+        "status": run.status,
+        "step": run.step,
         "out_dir": cfg.out_dir,
         "config_hash": cfg.config_hash(),
     }

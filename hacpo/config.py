@@ -9,12 +9,26 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from hacpo.algo import LossSpec, Method, get_method
+from hacpo.algo import HACPO_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
+from hacpo.algo.losses import check_cross_clip_low, check_non_negative
+
+# α, 1−δ and δ_step, each validated by the one check the loss itself runs (errors name the config key).
+Alpha = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "alpha"))]
+CrossClipLow = Annotated[float, AfterValidator(check_cross_clip_low)]
+DeltaStep = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "delta_step"))]
 
 
 class AgentRef(BaseModel):
@@ -46,15 +60,19 @@ class TrainConfig(BaseModel):
     grad_clip: float = Field(1.0, gt=0)
     kl_beta: float = Field(1e-3, ge=0)
 
-    alpha: float = Field(1.0, ge=0)  # exponential IS α (pair default; hacpo_alpha<N> overrides)
-    cross_clip_low: float = 0.8  # the lower bound 1−δ (NOT δ)
-    delta_step: float = Field(0.025, ge=0)
+    # HACPO's hyper-parameters (Table 4); only methods with the HACPO loss read them (None: the paper's
+    # default, α = 1, 1−δ = 0.8, δ_step = 0.025), and giving one to another method is an error.
+    alpha: Alpha | None = None  # exponential importance sampling α (§3.4)
+    cross_clip_low: CrossClipLow | None = None  # the lower bound 1−δ (NOT δ) (§3.5)
+    delta_step: DeltaStep | None = None  # stepwise clip increment δ_step (§3.5)
     capability_window: int = Field(5, ge=1)
     omega_warmup_steps: int = Field(0, ge=0)
     minibatch_order: Literal["mixed", "self_first"] = "mixed"
     cross_eos: Literal["strip", "keep_text"] = "strip"
-    gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] = "epochs"
-    naive_cross_ratio: Literal["source", "self_old"] = "source"
+    # The spec's alternative readings (hacpo.algo.VARIANT_KNOBS); None: the default reading. Each applies
+    # to one method only.
+    gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] | None = None
+    naive_cross_ratio: Literal["source", "self_old"] | None = None
 
     prompt_style: Literal["compact", "paper"] = "compact"
     max_new_tokens: int = Field(13, ge=1)
@@ -78,18 +96,17 @@ class TrainConfig(BaseModel):
         get_method(v)  # raises ValueError naming the known methods
         return v
 
-    @field_validator("cross_clip_low")
-    @classmethod
-    def _lower_bound(cls, v: float) -> float:
-        if not 0.5 <= v <= 1.0:
-            raise ValueError(
-                f"cross_clip_low={v} is the lower clip bound 1−δ, in [0.5, 1] (paper: 0.8 or 0.9); "
-                "if you meant δ=0.2, write cross_clip_low: 0.8"
-            )
-        return v
-
     @model_validator(mode="after")
     def _agents_fit_method(self):
+        base = get_method(self.method)
+        unread = [
+            k for k in (*HACPO_KNOBS, *VARIANT_KNOBS) if getattr(self, k) is not None and not base.reads(k)
+        ]
+        if unread:
+            raise ValueError(
+                f"method {self.method!r} does not read {', '.join(unread)}: remove "
+                f"{'it' if len(unread) == 1 else 'them'} (HACPO's α, 1−δ, δ_step apply to HACPO losses only)"
+            )
         method = self.resolved_method()
         names = [a.name for a in self.agents]
         if len(set(names)) != len(names):
@@ -103,20 +120,14 @@ class TrainConfig(BaseModel):
         return self
 
     def resolved_method(self) -> Method:
-        # The mode keys refine the plain method names only; a named variant (e.g. naive_self_old) wins.
-        if self.method == "gspo_updates_x2" and self.gspo_updates_x2_mode == "half_minibatch":
-            return get_method("gspo_updates_x2_half_minibatch")
-        if self.method == "naive":
-            return get_method("naive", naive_cross_ratio=self.naive_cross_ratio)
-        return get_method(self.method)
+        """The registry method under this run's variant knobs."""
+        return get_method(self.method).variant(
+            gspo_updates_x2_mode=self.gspo_updates_x2_mode, naive_cross_ratio=self.naive_cross_ratio
+        )
 
     def loss_spec(self) -> LossSpec:
-        return self.resolved_method().loss_spec(
-            alpha=self.alpha,
-            cross_clip_low=self.cross_clip_low,
-            delta_step=self.delta_step,
-            kl_beta=self.kl_beta,
-        )
+        hyper = {k: getattr(self, k) for k in HACPO_KNOBS if getattr(self, k) is not None}
+        return self.resolved_method().loss_spec(kl_beta=self.kl_beta, **hyper)
 
     def config_hash(self) -> str:
         """Identity of a run's maths: equal hashes resume each other; runtime knobs are left out."""

@@ -1,7 +1,7 @@
 """The run-directory contract shared by both engines (design.md): atomic writes, metrics.jsonl, checkpoints.
 
 ```
-run_dir/run.json                         resolved config, versions, seed, status
+run_dir/run.json                         RunRecord: status, resumable step, config (+ hash), versions
 run_dir/metrics.jsonl                    one JSON object per training step (same schema for every engine)
 run_dir/profile.json                     per-phase wall time, tokens/s, peak memory
 run_dir/checkpoints/<agent>/step-N/      Hugging Face format (+ trainer_state.pt for resume)
@@ -20,7 +20,9 @@ import platform
 import shutil
 import tempfile
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar, Literal
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -160,6 +162,64 @@ def run_lock(run_dir: str | Path):
             yield run_dir
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@dataclass
+class RunRecord:
+    """``run.json``: what a run is and where it stands. Engines write it (atomically) after every checkpoint
+    and at the end; the CLI, evaluation and the workflow read it only through this type.
+
+    ``step`` is the newest step every agent has a checkpoint of (resumable); ``status`` turns ``complete``
+    once the final checkpoints and ``profile.json`` are written, and only then ``final_checkpoints`` (agent
+    → checkpoint directory) and ``profile`` are filled. ``details`` holds what an engine records beside the
+    contract (resolved method and loss knobs, device, ...), for people, not for code.
+    """
+
+    status: Literal["running", "complete"]
+    step: int
+    config_hash: str
+    config: dict
+    engine: str
+    versions: dict[str, str] = field(default_factory=dict)
+    final_checkpoints: dict[str, str] = field(default_factory=dict)
+    profile: dict | None = None
+    details: dict = field(default_factory=dict)
+
+    FILE: ClassVar[str] = "run.json"
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> RunRecord | None:
+        """The record of ``run_dir``, or None when the run never started; errors name the file."""
+        path = Path(run_dir) / cls.FILE
+        if not path.is_file():
+            return None
+        data = _json_object(path.read_text(), str(path))
+        known = {f.name for f in fields(cls)}
+        missing = sorted({"status", "step", "config_hash", "config", "engine"} - data.keys())
+        if missing:
+            raise ValueError(f"{path}: not a run record (missing {missing}); was it written by hacpo?")
+        return cls(
+            **{k: v for k, v in data.items() if k in known and k != "details"},
+            details={**data.get("details", {}), **{k: v for k, v in data.items() if k not in known}},
+        )
+
+    def write(self, run_dir: str | Path) -> None:
+        atomic_write_json(Path(run_dir) / self.FILE, asdict(self))
+
+    def final_checkpoint(self, agent: str, run_dir: str | Path = "") -> str:
+        """The final checkpoint directory of ``agent``; a clear error if the run is unfinished or lacks it."""
+        where = Path(run_dir) / self.FILE
+        if not self.complete:
+            raise ValueError(f"{where}: run is {self.status!r}, not complete; finish training first")
+        if agent not in self.final_checkpoints:
+            raise ValueError(
+                f"{where}: no final checkpoint for agent {agent!r}; agents: {sorted(self.final_checkpoints)}"
+            )
+        return self.final_checkpoints[agent]
 
 
 class MetricsLog:

@@ -9,6 +9,7 @@ import torch
 
 from hacpo.agents.lm import generate
 from hacpo.agents.models import AgentArch, build_model, param_count
+from hacpo.agents.prompting import exact_boxed_match, greedy_accuracy, greedy_responses, prompt_ids
 from hacpo.agents.retokenize import (
     cross_tokens,
     response_text,
@@ -23,11 +24,7 @@ from hacpo.agents.warmup import (
     answer_ids,
     build_agent,
     build_agent_from_args,
-    greedy_accuracy,
-    greedy_responses,
-    last_boxed,
     load_agent,
-    prompt_ids,
     sft_batch,
     sft_loss,
 )
@@ -265,9 +262,9 @@ def test_left_padded_batches_match_single_rows(kind, arch, toks):
     assert texts == [greedy_responses(model, tok, [p], "paper", 8)[0] for p in problems]
 
 
-def test_last_boxed_and_accuracy_scoring():
-    assert last_boxed("x \\boxed{1} y \\boxed{\\frac{5}{6}}.") == "\\frac{5}{6}"
-    assert last_boxed("\\boxed{12") is None and last_boxed("none") is None
+def test_exact_boxed_match_reads_the_last_box_like_the_reward():
+    texts = ["x \\boxed{1} y \\boxed{ 46 }.", "\\boxed{46", "none", "\\fbox{46}", "\\boxed{046}"]
+    assert exact_boxed_match(texts, ["46"] * 5) == [1.0, 0.0, 0.0, 1.0, 0.0]  # exact: 046 is not 46
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +288,7 @@ def test_warmup_lowers_loss_and_caches(tmp_path, add2):
     assert meta["dev_curve"][-1]["dev_loss"] == pytest.approx(after, rel=1e-5)
     assert stored["fingerprint"] == tokenizer_fingerprint(tok)
     assert stored["n_params"] == param_count(model)
-    acc = greedy_accuracy(model, tok2, dev, "compact", max_new_tokens=meta["max_new_tokens"])
+    acc = greedy_accuracy(model, tok2, dev, "compact", meta["max_new_tokens"], judge=exact_boxed_match)
     assert acc == pytest.approx(meta["dev_acc"])
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dirs left
 
@@ -361,8 +358,8 @@ def test_prompts_disable_qwen3_thinking():
     """Qwen3 hybrid models: the paper's prompts run with thinking disabled (enable_thinking=False)."""
     from transformers import PreTrainedTokenizerFast
 
+    from hacpo.agents.prompting import prompt_ids
     from hacpo.agents.tokenizers import build_tokenizer
-    from hacpo.agents.warmup import prompt_ids
     from hacpo.data.synthetic import Problem
 
     tok = build_tokenizer("char")

@@ -37,15 +37,7 @@ def test_all_paper_methods_registered():
             "gspo_updates_x2",
             dict(loss="gspo", joint=False, rollout_multiplier=1, epochs=2, minibatch_divisor=1),
         ),
-        (
-            "gspo_updates_x2_half_minibatch",
-            dict(loss="gspo", joint=False, rollout_multiplier=1, epochs=1, minibatch_divisor=2),
-        ),
         ("naive", dict(loss="naive", joint=True, baseline="joint_mean", naive_cross_ratio="source")),
-        (
-            "naive_self_old",
-            dict(loss="naive", joint=True, baseline="joint_mean", naive_cross_ratio="self_old"),
-        ),
         (
             "hacpo",
             dict(
@@ -54,7 +46,6 @@ def test_all_paper_methods_registered():
                 baseline="capability",
                 omega_in_loss=True,
                 cross_clip="stepwise",
-                alpha=None,
                 epochs=1,
                 rollout_multiplier=1,
             ),
@@ -75,11 +66,6 @@ def test_all_paper_methods_registered():
             dict(loss="hacpo", baseline="capability", omega_in_loss=True, cross_clip="static"),
         ),
         ("hacpo_no_clip", dict(loss="hacpo", baseline="capability", omega_in_loss=True, cross_clip="none")),
-        ("hacpo_alpha0", dict(loss="hacpo", baseline="capability", alpha=0.0, cross_clip="stepwise")),
-        ("hacpo_alpha1", dict(loss="hacpo", baseline="capability", alpha=1.0)),
-        ("hacpo_alpha2", dict(loss="hacpo", baseline="capability", alpha=2.0)),
-        ("hacpo_alpha3", dict(loss="hacpo", baseline="capability", alpha=3.0)),
-        ("hacpo_alpha1p5", dict(loss="hacpo", baseline="capability", alpha=1.5)),
     ],
 )
 def test_method_knobs(name, knobs):
@@ -99,8 +85,6 @@ def test_method_knobs(name, knobs):
         ("gspo_x2", 128 * 16, 512, 4),
         # GSPO updates ×2 (a): 2 epochs × 1024/512 = 4
         ("gspo_updates_x2", 128 * 8, 512, 4),
-        # (b): 1024 / 256 = 4, one epoch
-        ("gspo_updates_x2_half_minibatch", 128 * 8, 512, 4),
         # Naive, HACPO and ablations: 1024 own + 1024 cross = 2048 rows / 512 → 4
         ("naive", 2048, 512, 4),
         ("hacpo", 2048, 512, 4),
@@ -108,7 +92,6 @@ def test_method_knobs(name, knobs):
         ("hacpo_no_omega", 2048, 512, 4),
         ("hacpo_no_stepwise", 2048, 512, 4),
         ("hacpo_no_clip", 2048, 512, 4),
-        ("hacpo_alpha3", 2048, 512, 4),
         # a last incomplete mini-batch still counts as an update: ceil(1000/512) = 2; ceil(1025/512) = 3
         ("gspo", 1000, 512, 2),
         ("gspo", 1025, 512, 3),
@@ -117,6 +100,23 @@ def test_method_knobs(name, knobs):
 )
 def test_updates_per_step(name, rows, minibatch, expected):
     assert get_method(name).updates_per_step(rows, minibatch) == expected
+
+
+def test_variant_knobs_are_explicit_and_checked():
+    # §2.4 reading (b): half-size mini-batches, one epoch: 1024 / 256 = 4 updates
+    half = get_method("gspo_updates_x2").variant(gspo_updates_x2_mode="half_minibatch")
+    assert (half.epochs, half.minibatch_divisor, half.updates_per_step(128 * 8, 512)) == (1, 2, 4)
+    assert get_method("gspo_updates_x2").variant(gspo_updates_x2_mode=None) == get_method("gspo_updates_x2")
+    assert get_method("naive").variant(naive_cross_ratio="self_old").naive_cross_ratio == "self_old"
+    with pytest.raises(ValueError, match="applies to naive only, not 'hacpo'"):
+        get_method("hacpo").variant(naive_cross_ratio="self_old")
+    with pytest.raises(ValueError, match="choose one of"):
+        get_method("naive").variant(naive_cross_ratio="learner")
+    with pytest.raises(ValueError, match="unknown variant knob"):
+        get_method("naive").variant(cross_ratio="self_old")
+    assert get_method("hacpo").reads("alpha") and not get_method("naive").reads("alpha")
+    assert get_method("naive").reads("naive_cross_ratio")
+    assert not get_method("gspo").reads("naive_cross_ratio")
 
 
 def test_gspo_x2_rows_follow_rollout_multiplier():
@@ -134,17 +134,13 @@ def test_loss_spec_clip_eps():
         assert (s.eps_low, s.eps_high) == (3e-4, 4e-4)
 
 
-def test_loss_spec_alpha_from_pair_unless_method_fixes_it():
-    # hacpo has no α: the pair's α (Table 4: 1.0 or 3.0) is used
+def test_loss_spec_alpha_is_the_runs():
+    # no method fixes α: the run's α (the pair's, Table 4, or an α-ablation override) is used
     assert get_method("hacpo").loss_spec(alpha=3.0).alpha == 3.0
-    assert get_method("hacpo").loss_spec(alpha=1.0).alpha == 1.0
-    assert get_method("hacpo_no_omega").loss_spec(alpha=3.0).alpha == 3.0
-    # α sweep fixes α whatever the pair says
-    assert get_method("hacpo_alpha0").loss_spec(alpha=3.0).alpha == 0.0
-    assert get_method("hacpo_alpha2").loss_spec(alpha=1.0).alpha == 2.0
-    assert get_method("hacpo_alpha1p5").loss_spec(alpha=3.0).alpha == 1.5
-    # an explicit override on the method wins too
-    assert get_method("hacpo", alpha=3.0).loss_spec(alpha=1.0).alpha == 3.0
+    assert get_method("hacpo").loss_spec().alpha == 1.0
+    assert get_method("hacpo_no_omega").loss_spec(alpha=0.0).alpha == 0.0
+    with pytest.raises(ValueError, match="alpha=-1.0 must be ≥ 0"):
+        get_method("hacpo").loss_spec(alpha=-1.0)
 
 
 def test_loss_spec_carries_pair_and_ablation_knobs():
@@ -172,11 +168,8 @@ def test_to_dict_records_knobs():
     assert get_method("naive").to_dict()["naive_cross_ratio"] == "source"
 
 
-def test_bad_method_names_and_overrides():
-    for bad in ("hapco", "HACPO", "hacpo_alpha", "hacpo_alpha-1", "hacpo_alphax", "gspo2", ""):
+def test_bad_method_names():
+    # a name never encodes a value: hacpo_alpha3 is not a method (α is the run's `alpha: 3`)
+    for bad in ("hapco", "HACPO", "hacpo_alpha3", "naive_self_old", "gspo2", ""):
         with pytest.raises(ValueError, match="unknown method"):
             get_method(bad)
-    with pytest.raises(ValueError, match="unknown method field"):
-        get_method("hacpo", alpah=1.0)
-    with pytest.raises(ValueError, match="alpha"):
-        get_method("hacpo", alpha=-1.0)

@@ -112,7 +112,7 @@ def test_data_and_methods(tmp_path, capsys):
     assert len((tmp_path / "test.jsonl").read_text().splitlines()) == 40
     assert main(["methods"]) == 0
     out = capsys.readouterr().out
-    for name in ("grpo", "gspo_x2", "gspo_updates_x2", "naive", "hacpo_no_clip", "hacpo_alpha"):
+    for name in ("grpo", "gspo_x2", "gspo_updates_x2", "naive", "hacpo_no_clip", "naive_cross_ratio"):
         assert name in out
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hacpo.runio import MetricsLog, checkpoint_steps, read_jsonl
+from hacpo.runio import MetricsLog, RunRecord, checkpoint_steps, read_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -152,16 +152,16 @@ def temporaries(root: Path) -> list[Path]:
 
 
 def is_complete(run_dir: Path) -> bool:
-    run_json = run_dir / "run.json"  # replaced atomically: it always parses
-    return run_json.exists() and json.loads(run_json.read_text())["status"] == "complete"
+    record = RunRecord.read(run_dir)  # replaced atomically: it always parses
+    return record is not None and record.complete
 
 
 def assert_nothing_partial_passes_for_complete(run_dir: Path) -> None:
     """What a killed, unfinished run leaves, as a reader sees it: every checkpoint folder a reader would find
     (``step-N``) is whole; the step run.json records is resumable (every agent has its checkpoint: pruning
     never runs ahead of it); every JSONL line but a torn last one parses."""
-    if (run_dir / "run.json").exists():
-        step = json.loads((run_dir / "run.json").read_text())["step"]
+    if record := RunRecord.read(run_dir):
+        step = record.step
         assert step == 0 or step in checkpoint_steps(run_dir, AGENTS), f"run.json's step {step} is gone"
     for ckpt in (run_dir / "checkpoints").glob("*/step-*"):
         assert CHECKPOINT_FILES <= {p.name for p in ckpt.iterdir()}, ckpt
@@ -172,8 +172,8 @@ def assert_nothing_partial_passes_for_complete(run_dir: Path) -> None:
 
 
 def assert_same_run(ref: Path, run: Path) -> None:
-    state = json.loads((run / "run.json").read_text())
-    assert state["status"] == "complete" and state["step"] == STEPS
+    record = RunRecord.read(run)
+    assert record.complete and record.step == STEPS
     strip = [without_timing(r) for r in read_jsonl(ref / "metrics.jsonl")]
     assert [without_timing(r) for r in read_jsonl(run / "metrics.jsonl")] == strip  # strict: no torn line
     assert read_jsonl(run / "validation.jsonl") == read_jsonl(ref / "validation.jsonl")

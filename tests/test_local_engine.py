@@ -10,7 +10,7 @@ import torch
 from hacpo.algo import cross_bounds, get_method
 from hacpo.config import load_train_config
 from hacpo.engines.local import LocalTrainer, train
-from hacpo.runio import MetricsLog
+from hacpo.runio import MetricsLog, RunRecord
 
 
 def _cfg(tmp_path, agents, method, **kw):
@@ -35,15 +35,15 @@ def _cfg(tmp_path, agents, method, **kw):
 
 
 SINGLE = ["grpo", "gspo", "gspo_x2", "gspo_updates_x2"]
-JOINT = [
-    "naive",
-    "naive_self_old",
-    "hacpo",
-    "hacpo_no_adv",
-    "hacpo_no_omega",
-    "hacpo_no_stepwise",
-    "hacpo_no_clip",
-    "hacpo_alpha3",
+JOINT = [  # (method, explicit overrides): a variant is a knob, never a name
+    ("naive", {}),
+    ("naive", {"naive_cross_ratio": "self_old"}),
+    ("hacpo", {}),
+    ("hacpo_no_adv", {}),
+    ("hacpo_no_omega", {}),
+    ("hacpo_no_stepwise", {}),
+    ("hacpo_no_clip", {}),
+    ("hacpo", {"alpha": 3.0}),
 ]
 
 
@@ -51,7 +51,7 @@ JOINT = [
 def test_single_agent_methods_train(tmp_path, toy_data, small_agent, method):
     cfg = _cfg(tmp_path, [("a", small_agent)], method, data=toy_data)
     run = train(cfg)
-    assert run["status"] == "complete"
+    assert run.status == "complete" and run.step == 2
     rows = MetricsLog(tmp_path / method / "metrics.jsonl").read()
     assert [r["step"] for r in rows] == [0, 1]
     m = get_method(method)
@@ -75,10 +75,12 @@ def _weights_changed(before: str, after: str) -> bool:
     return any(not torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("method", JOINT)
-def test_joint_methods_train_across_tokenizers(tmp_path, toy_data, small_agent, other_agent, method):
+@pytest.mark.parametrize(
+    ("method", "knobs"), JOINT, ids=[m + "".join(f"-{k}={v}" for k, v in kn.items()) for m, kn in JOINT]
+)
+def test_joint_methods_train_across_tokenizers(tmp_path, toy_data, small_agent, other_agent, method, knobs):
     """Llama/char + Qwen3/word: cross rows are decoded and re-tokenised; both agents learn."""
-    cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], method, data=toy_data)
+    cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], method, data=toy_data, **knobs)
     train(cfg)
     rows = MetricsLog(tmp_path / method / "metrics.jsonl").read()
     for r in rows:
@@ -96,10 +98,10 @@ def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
     tmp_path, toy_data, small_agent, other_agent, monkeypatch
 ):
     """Spy on the algo loss: every cross row gets ω^(j,k) of the step; update m gets lo = 0.8 + m·0.025."""
-    import hacpo.engines.local.trainer as tr
+    import hacpo.algo.losses as losses
 
     seen = []
-    real = tr.policy_loss
+    real = losses.policy_loss
 
     def spy(batch, spec, m=0):
         loss, metrics = real(batch, spec, m)
@@ -107,7 +109,7 @@ def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
             seen.append((m, batch.is_own.clone(), batch.omega.clone(), spec, metrics))
         return loss, metrics
 
-    monkeypatch.setattr(tr, "policy_loss", spy)
+    monkeypatch.setattr(losses, "policy_loss", spy)
     cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], "hacpo", data=toy_data, steps=1)
     trainer = LocalTrainer(cfg)
     row = trainer.train_step(0)
@@ -125,7 +127,11 @@ def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
     for name in ("llama", "qwen"):
         assert row[f"{name}/cross_lo"] == pytest.approx(0.8 + 0.025 * 1.5)  # mean over m = 0..3
         assert row[f"{name}/s_homo_mean"] == pytest.approx(1.0, abs=2e-2)
-        assert row[f"{name}/s_hete_mean"] < 1.0  # a different model reads the other's text as less likely
+        # A different model reads the other's text with its own probabilities: the ratio is finite and not
+        # the identical-agents 1 (T6). Its side of 1 depends on the agents (it differs between CPUs, whose
+        # kernels give slightly different warm-ups), so it is not asserted.
+        lo, mean, hi = (row[f"{name}/s_hete_{s}"] for s in ("min", "mean", "max"))
+        assert 0.0 < lo <= mean <= hi < float("inf") and abs(mean - 1.0) > 1e-3
 
 
 def test_identical_agents_give_unit_cross_ratio(tmp_path, toy_data, small_agent):
@@ -168,7 +174,7 @@ def test_resume_after_kill_matches_uninterrupted(
     monkeypatch.setattr(tr.LocalTrainer, "train_step", dying)
     with pytest.raises(KeyboardInterrupt):
         train(cfg)
-    assert json.loads((tmp_path / "killed/hacpo/run.json").read_text())["status"] == "running"
+    assert RunRecord.read(tmp_path / "killed/hacpo").status == "running"
     monkeypatch.setattr(tr.LocalTrainer, "train_step", real_step)
     train(cfg)
 
@@ -188,7 +194,7 @@ def test_completed_run_is_not_retrained(tmp_path, toy_data, small_agent):
     cfg = _cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=1)
     train(cfg)
     mtime = (tmp_path / "gspo" / "metrics.jsonl").stat().st_mtime_ns
-    assert train(cfg)["status"] == "complete"
+    assert train(cfg).complete
     assert (tmp_path / "gspo" / "metrics.jsonl").stat().st_mtime_ns == mtime
 
 
@@ -303,10 +309,6 @@ def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agen
 
 def test_method_variants_resolve_from_config(tmp_path):
     base = dict(agents=[{"name": "a", "path": "x"}, {"name": "b", "path": "y"}], train_file="t", out_dir="o")
-    assert (
-        load_train_config(dict(base, method="naive_self_old")).resolved_method().naive_cross_ratio
-        == "self_old"
-    )
     cfg = load_train_config(dict(base, method="naive", naive_cross_ratio="self_old"))
     assert cfg.resolved_method().naive_cross_ratio == "self_old"
     assert load_train_config(dict(base, method="naive")).resolved_method().naive_cross_ratio == "source"
@@ -314,3 +316,25 @@ def test_method_variants_resolve_from_config(tmp_path):
         base, agents=base["agents"][:1], method="gspo_updates_x2", gspo_updates_x2_mode="half_minibatch"
     )
     assert load_train_config(one).resolved_method().minibatch_divisor == 2
+    hacpo = load_train_config(dict(base, method="hacpo", alpha=3.0, delta_step=0.01))
+    assert (hacpo.loss_spec().alpha, hacpo.loss_spec().delta_step, hacpo.loss_spec().cross_clip_low) == (
+        3.0,
+        0.01,
+        0.8,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"method": "naive", "alpha": 3.0}, "method 'naive' does not read alpha"),
+        ({"method": "gspo", "agents": [{"name": "a", "path": "x"}], "delta_step": 0.01}, "does not read"),
+        ({"method": "hacpo", "naive_cross_ratio": "self_old"}, "does not read naive_cross_ratio"),
+        ({"method": "hacpo", "alpha": -1.0}, "alpha=-1.0 must be ≥ 0"),
+        ({"method": "hacpo_alpha3"}, "unknown method"),
+    ],
+)
+def test_knobs_a_method_does_not_read_are_refused(change, message):
+    base = dict(agents=[{"name": "a", "path": "x"}, {"name": "b", "path": "y"}], train_file="t", out_dir="o")
+    with pytest.raises(ValueError, match=message):
+        load_train_config(dict(base, **change))

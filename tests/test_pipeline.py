@@ -80,6 +80,8 @@ def test_hyper_parameters_layer_global_then_pair_then_method():
     assert (long["method"], long["steps"], long["lr"]) == ("hacpo", 50, 2e-5)
     single = p.train_config(Run("single", "small", "gspo", 42))
     assert "alpha" not in single and single["agents"] == [{"name": "small", "path": "results/agents/small"}]
+    naive = p.train_config(Run("joint", "size", "naive", 42))  # its loss reads no HACPO hyper-parameter
+    assert not {"alpha", "cross_clip_low", "delta_step"} & set(naive)
     assert Run("joint", "size_b", "long_hacpo", 42) in p.runs
 
 
@@ -91,6 +93,22 @@ def test_alpha_table_reuses_the_default_run_at_the_pairs_own_alpha():
     row = next(r for r in spec["rows"] if r["block"] == "size" and r["model"] == "small")
     assert row["evals"]["1"] == ["results/eval/main/joint/size/hacpo/seed42/small/toy_test.json"]
     assert [c["paper_method"] for c in spec["columns"]] == [f"hacpo_alpha{a}" for a in range(4)]
+    # each α is an explicit override of hacpo (the name is only a path part), labelled with its value
+    run = p.train_config(Run("joint", "size", "hacpo_alpha2", 42))
+    assert (run["method"], run["alpha"], run["delta_step"]) == ("hacpo", 2.0, 0.025)
+    assert p.label("hacpo_alpha0") == "HACPO α=0"
+
+
+def test_a_pairs_alpha_change_reruns_only_its_hacpo_runs():
+    cfg = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    before = Pipeline(cfg)
+    cfg["pairs"]["size"]["hacpo"]["alpha"] = 2.0
+    after = Pipeline(cfg)
+    changed = {
+        r.method for r in before.runs if r.group == "size" and before.train_config(r) != after.train_config(r)
+    }
+    assert "naive" not in changed and {"hacpo", "hacpo_no_omega"} <= changed
+    assert "hacpo_alpha0" not in changed  # its α is its own
 
 
 def test_table_specs_point_at_the_files_the_rules_make():
@@ -174,7 +192,7 @@ BAD = [
     (
         "pairs.mixed.hacpo.cross_clip_low",
         0.2,
-        "pairs.mixed.hacpo.cross_clip_low: Input should be greater than or equal to 0.5",
+        "pairs.mixed.hacpo.cross_clip_low: cross_clip_low=0.2 is the lower clip bound 1−δ",
     ),
     ("pairs.mixed.agents", ["llama", "llama"], "pairs.mixed: a pair needs distinct models"),
     (

@@ -120,7 +120,7 @@ def test_methods_via_worker_matches_in_process(server, sockdir, capsys, monkeypa
     monkeypatch.delenv(ENV_VAR, raising=False)
     assert main(["methods"]) == 0
     expected = capsys.readouterr().out
-    assert "hacpo_alpha<N>" in expected and out.read_text() == expected
+    assert "variant knobs" in expected and out.read_text() == expected
 
 
 def test_exit_codes_and_stderr_propagate(server):

@@ -23,12 +23,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hacpo.agents.lm import generate, left_pad
+from hacpo.agents.lm import left_pad
 from hacpo.agents.models import AgentArch, build_model, param_count
-from hacpo.agents.retokenize import response_text
+from hacpo.agents.prompting import exact_boxed_match, greedy_accuracy, prompt_ids
 from hacpo.agents.tokenizers import build_tokenizer, tokenizer_fingerprint
 from hacpo.cpu import keep_freed_memory
-from hacpo.data.synthetic import Problem, solution_text, user_message
+from hacpo.data.synthetic import Problem, solution_text
 from hacpo.runio import atomic_dir, atomic_write_json
 
 AGENT_JSON = "agent.json"
@@ -103,17 +103,6 @@ def data_digest(train: list[Problem], dev: list[Problem]) -> str:
 # Encoding
 
 
-def prompt_ids(tokenizer, problem: Problem, style: str) -> list[int]:
-    """The learner's templated prompt (BOS/role markers from the chat template), no extra specials."""
-    text = tokenizer.apply_chat_template(
-        [{"role": "user", "content": user_message(problem, style)}],
-        add_generation_prompt=True,
-        tokenize=False,
-        enable_thinking=False,  # Qwen3 hybrid models: the paper disables thinking; other templates ignore it
-    )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
 def answer_ids(tokenizer, problem: Problem, style: str) -> list[int]:
     """SFT target ids: solution text + EOS."""
     return tokenizer(solution_text(problem, style), add_special_tokens=False)["input_ids"] + [
@@ -180,73 +169,6 @@ def sft_loss(model, tokenizer, problems: list[Problem], style: str, batch_size: 
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Greedy evaluation
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` (balanced braces), or None."""
-    start = text.rfind("\\boxed{")
-    if start < 0:
-        return None
-    i = start + len("\\boxed{")
-    depth = 1
-    for j in range(i, len(text)):
-        if text[j] == "{":
-            depth += 1
-        elif text[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[i:j]
-    return None
-
-
-def boxed_match(response: str, gold: str) -> bool:
-    """Cheap exact check: last boxed content equals the gold answer (whitespace-stripped)."""
-    got = last_boxed(response)
-    return got is not None and got.strip() == gold.strip()
-
-
-@torch.no_grad()
-def greedy_responses(
-    model, tokenizer, problems: list[Problem], style: str, max_new_tokens: int, batch_size: int = 512
-) -> list[str]:
-    """Greedy response texts (EOS stripped), in the order of ``problems``."""
-    was_training = model.training
-    model.eval()
-    prompts = [prompt_ids(tokenizer, p, style) for p in problems]
-    order = sorted(range(len(problems)), key=lambda i: len(prompts[i]))  # similar lengths → little padding
-    out: list[str] = [""] * len(problems)
-    try:
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
-            ids, mask = left_pad([prompts[i] for i in idx], tokenizer.pad_token_id)
-            gen = generate(
-                model,
-                ids,
-                max_new_tokens,
-                eos_id=tokenizer.eos_token_id,
-                pad_id=tokenizer.pad_token_id,
-                prompt_mask=mask,
-                greedy=True,
-            )
-            for row, i in zip(gen.tokens, idx, strict=True):
-                out[i] = response_text(tokenizer, row)
-    finally:
-        model.train(was_training)
-    return out
-
-
-def greedy_accuracy(
-    model, tokenizer, problems: list[Problem], style: str, max_new_tokens: int, batch_size: int = 512
-) -> float:
-    """Fraction of problems whose greedy response's last ``\\boxed{}`` content equals the gold answer."""
-    if not problems:
-        raise ValueError("greedy_accuracy needs at least one problem")
-    texts = greedy_responses(model, tokenizer, problems, style, max_new_tokens, batch_size)
-    return sum(boxed_match(t, p.answer) for t, p in zip(texts, problems, strict=True)) / len(problems)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Warm-up
 
 
@@ -290,7 +212,7 @@ def build_agent(spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, 
     window: list[float] = []
 
     def evaluate(step: int) -> float:
-        acc = greedy_accuracy(model, tok, dev, spec.style, max_new)
+        acc = greedy_accuracy(model, tok, dev, spec.style, max_new, judge=exact_boxed_match)
         curve.append(
             {
                 "step": step,

@@ -13,24 +13,30 @@ from .losses import (
     LossSpec,
     MiniBatch,
     cross_bounds,
+    cross_in_bounds,
     gspo_row_loss,
     hacpo_cross_row_loss,
     k3_kl,
     policy_loss,
+    policy_loss_live_rows,
+    ppo_clipped,
     rows_with_gradient,
     stepwise_lower_bound,
 )
-from .methods import METHODS, Method, get_method, method_names
+from .methods import HACPO_KNOBS, METHODS, VARIANT_KNOBS, Method, get_method, method_names
 from .ratios import gspo_token_ratio, masked_mean, seq_mean_logp, sequence_log_ratio, token_ratio
 
 __all__ = [
+    "HACPO_KNOBS",
     "METHODS",
+    "VARIANT_KNOBS",
     "CapabilityTracker",
     "LossSpec",
     "Method",
     "MiniBatch",
     "capability_baseline",
     "cross_bounds",
+    "cross_in_bounds",
     "get_method",
     "group_advantages",
     "group_by_prompt",
@@ -44,6 +50,8 @@ __all__ = [
     "omega",
     "omega_matrix",
     "policy_loss",
+    "policy_loss_live_rows",
+    "ppo_clipped",
     "rows_with_gradient",
     "seq_mean_logp",
     "sequence_log_ratio",

@@ -7,13 +7,21 @@ here is batched over rows with no Python loop over samples.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 from ._checks import check_finite, check_rows, check_same_shape
-from .ratios import LOG_RATIO_GUARD, gspo_token_ratio, masked_mean, token_ratio
+from .ratios import (
+    LOG_RATIO_GUARD,
+    gspo_token_ratio,
+    masked_mean,
+    seq_mean_logp,
+    sequence_log_ratio,
+    token_ratio,
+)
 
 LossKind = Literal["grpo", "gspo", "naive", "hacpo"]
 CrossClip = Literal["stepwise", "static", "none"]
@@ -39,13 +47,28 @@ class LossSpec:
             raise ValueError(f"unknown loss kind {self.kind!r}; choose grpo, gspo, naive or hacpo")
         if self.cross_clip not in ("stepwise", "static", "none"):
             raise ValueError(f"unknown cross_clip {self.cross_clip!r}; choose stepwise, static or none")
-        if not 0.5 <= self.cross_clip_low <= 1.0:
-            raise ValueError(
-                f"cross_clip_low={self.cross_clip_low} must be the lower bound 1−δ in [0.5, 1] (e.g. 0.8); "
-                "if you passed δ (e.g. 0.2), pass 1−δ instead"
-            )
-        if self.alpha < 0 or self.delta_step < 0 or self.kl_beta < 0 or self.eps_low < 0 or self.eps_high < 0:
-            raise ValueError(f"alpha, delta_step, kl_beta and eps must be ≥ 0: {self}")
+        check_cross_clip_low(self.cross_clip_low)
+        for name in ("alpha", "delta_step", "kl_beta", "eps_low", "eps_high"):
+            check_non_negative(getattr(self, name), name)
+
+
+# The one check of each HACPO hyper-parameter: LossSpec runs them, and the run and workflow configs use them
+# as field validators (hacpo.config), so every config error names its key.
+def check_cross_clip_low(v: float) -> float:
+    """1−δ, the cross clip's lower bound (§3.5): in [0.5, 1]. δ itself (e.g. 0.2) is the classic mistake."""
+    if not 0.5 <= v <= 1.0:
+        raise ValueError(
+            f"cross_clip_low={v} is the lower clip bound 1−δ, in [0.5, 1] (paper: 0.8 or 0.9); "
+            "if you meant δ=0.2, write cross_clip_low: 0.8"
+        )
+    return v
+
+
+def check_non_negative(v: float, name: str = "value") -> float:
+    """α (§3.4), δ_step (§3.5), the KL β and the clip ε are ≥ 0."""
+    if not v >= 0:
+        raise ValueError(f"{name}={v} must be ≥ 0")
+    return v
 
 
 @dataclass
@@ -109,6 +132,18 @@ def cross_bounds(spec: LossSpec, m: int) -> tuple[float, float]:
         return float("-inf"), float("inf")
     step = spec.delta_step if spec.cross_clip == "stepwise" else 0.0
     return stepwise_lower_bound(m, spec.cross_clip_low, step), 1.0
+
+
+def ppo_clipped(ratio: torch.Tensor, adv: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """Where the PPO-style clip is active, i.e. the surrogate max(−A·r, −A·clip(r)) has zero gradient:
+    A > 0 above 1+ε_h, A < 0 below 1−ε_l (§2.1 token ratios, §2.2 sequence ratios). ``adv`` broadcasts."""
+    return ((adv > 0) & (ratio > 1 + eps_high)) | ((adv < 0) & (ratio < 1 - eps_low))
+
+
+def cross_in_bounds(s: torch.Tensor, spec: LossSpec, m: int) -> torch.Tensor:
+    """Cross ratios inside [lo_m, hi]: where the clamp c = clamp(s, lo_m, hi) passes a gradient (§3.5)."""
+    lo, hi = cross_bounds(spec, m)
+    return (s >= lo) & (s <= hi)
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -176,14 +211,14 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
         a = batch.adv[:, None]
         tok = torch.maximum(-a * r, -a * r.clamp(1.0 - spec.eps_low, 1.0 + spec.eps_high))
         pg = masked_mean(tok, batch.mask)  # token-mean over the mini-batch
-        clipped = ((a > 0) & (r > 1 + spec.eps_high)) | ((a < 0) & (r < 1 - spec.eps_low))
+        clipped = ppo_clipped(r, a, spec.eps_low, spec.eps_high)
         metrics["own_clip_frac"] = float(masked_mean(clipped.float(), batch.mask))
         metrics.update(_stats("s_homo", masked_mean(r.detach(), batch.mask, dim=1)))
     else:
         s_tok, s = gspo_token_ratio(batch.logp, batch.mask, batch.old_mean_logp, spec.log_ratio_guard)
         tok = gspo_row_loss(s_tok, batch.adv, spec.eps_low, spec.eps_high)
         a = batch.adv
-        own_clipped = ((a > 0) & (s > 1 + spec.eps_high)) | ((a < 0) & (s < 1 - spec.eps_low))
+        own_clipped = ppo_clipped(s, a, spec.eps_low, spec.eps_high)
         if spec.kind == "hacpo" and bool(cross.any()):
             if spec.omega_in_loss and batch.omega is None:
                 raise ValueError(
@@ -193,7 +228,7 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
             w = batch.omega if spec.omega_in_loss else torch.ones_like(a)
             tok_cross = hacpo_cross_row_loss(s_tok, a, w.to(s_tok.dtype), lo, hi, spec.alpha)
             tok = torch.where(cross[:, None], tok_cross, tok)
-            inside = (s >= lo) & (s <= hi)
+            inside = cross_in_bounds(s, spec, m)
             metrics.update(
                 cross_lo=lo if lo != float("-inf") else 0.0,
                 cross_in_bounds_frac=float(inside[cross].float().mean()),
@@ -231,14 +266,70 @@ def rows_with_gradient(batch: MiniBatch, spec: LossSpec, m: int, s: torch.Tensor
     if spec.kind == "grpo":  # token-mean normaliser: keep every row
         return torch.ones_like(own)
     a = batch.adv
-    live = a != 0
-    clipped = ((a > 0) & (s > 1 + spec.eps_high)) | ((a < 0) & (s < 1 - spec.eps_low))
-    live_gspo = live & ~clipped
+    live = (a != 0) & ~ppo_clipped(s, a, spec.eps_low, spec.eps_high)
     if spec.kind == "hacpo":
-        lo, hi = cross_bounds(spec, m)
-        live = torch.where(own, live_gspo, live & (s >= lo) & (s <= hi))
-    else:
-        live = live_gspo
+        live = torch.where(own, live, (a != 0) & cross_in_bounds(s, spec, m))
     if spec.kl_beta > 0 and batch.ref_logp is not None:
         live = live | own
     return live
+
+
+LogProbs = Callable[[torch.Tensor | None, bool], torch.Tensor]
+
+
+def policy_loss_live_rows(
+    batch: MiniBatch, spec: LossSpec, m: int, logprobs: LogProbs, skip_dead_rows: bool = True
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """:func:`policy_loss` with the backward restricted to rows that have a gradient (exact).
+
+    ``batch.logp`` is left empty; ``logprobs(rows, detach)`` returns the learner's current token
+    log-probs of those rows (all rows for ``None``), so an engine decides how to run its model. HACPO cross
+    rows whose clamp is flat at the current weights (:func:`rows_with_gradient`, from a no-grad pass over
+    the cross rows only) get no forward with gradient and no backward; the loss still divides by the full
+    N_m, and the metrics are computed over every row, so loss value, gradient and metrics equal
+    :func:`policy_loss` on the full batch. Other losses, or ``skip_dead_rows=False``, run it as is.
+
+    The loss is None when no row has a gradient: the caller then steps its optimizer on zero gradients
+    (not on missing ones, which AdamW would skip), exactly as the full batch would.
+    """
+    cross = ~batch.own_rows()
+    if not (skip_dead_rows and spec.kind == "hacpo" and spec.cross_clip != "none" and bool(cross.any())):
+        batch.logp = logprobs(None, False)
+        return policy_loss(batch, spec, m)
+    cross_rows = torch.nonzero(cross).flatten()
+    with torch.no_grad():
+        logp_cross = logprobs(cross_rows, True)
+    s = torch.exp(
+        sequence_log_ratio(
+            seq_mean_logp(logp_cross, batch.mask[cross_rows]),
+            batch.old_mean_logp[cross_rows],
+            spec.log_ratio_guard,
+        )
+    )
+    s_all = torch.ones_like(batch.adv)
+    s_all[cross_rows] = s.to(s_all.dtype)
+    live = rows_with_gradient(batch, spec, m, s_all) | ~cross
+    live_rows = torch.nonzero(live).flatten()
+    full = torch.zeros_like(batch.mask, dtype=logp_cross.dtype)
+    full[cross_rows] = logp_cross
+    loss = None
+    if len(live_rows):
+        logp_live = logprobs(live_rows, False)
+        sub = MiniBatch(
+            logp=logp_live,
+            mask=batch.mask[live_rows],
+            adv=batch.adv[live_rows],
+            old_mean_logp=batch.old_mean_logp[live_rows],
+            is_own=batch.is_own[live_rows],
+            omega=batch.omega[live_rows] if batch.omega is not None else None,
+            old_logp=batch.old_logp[live_rows] if batch.old_logp is not None else None,
+            ref_logp=batch.ref_logp[live_rows] if batch.ref_logp is not None else None,
+            n_total=len(live),
+        )
+        loss, _ = policy_loss(sub, spec, m)
+        own_in_live = ~cross[live_rows]
+        full[live_rows[own_in_live]] = logp_live.detach()[own_in_live]
+    batch.logp = full
+    _, metrics = policy_loss(batch, spec, m)  # exact metrics over all rows, no model call
+    metrics["backward_rows_frac"] = len(live_rows) / len(live)
+    return loss, metrics

@@ -1,13 +1,14 @@
 """Method registry: every method is a small typed record of knobs, not a code branch (design.md).
 
-Engines read :class:`Method` and never branch on its name. Mini-batch size (in sequences) is a run-level
-setting; the per-step update count follows from the arithmetic of spec §6:
+Engines read :class:`Method` and never branch on its name. A method's name never encodes a value: α, 1−δ
+and δ_step are the run's hyper-parameters (:meth:`Method.loss_spec`), and the spec's alternative readings
+are documented variant knobs (:data:`VARIANT_KNOBS`, applied by :meth:`Method.variant`). Mini-batch size (in
+sequences) is a run-level setting; the per-step update count follows from the arithmetic of spec §6:
 ``updates = epochs · ceil(rows / (minibatch_size / minibatch_divisor))``.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
@@ -27,8 +28,7 @@ class Method:
     baseline: Baseline | None = None  # joint advantage baseline (joint methods only)
     omega_in_loss: bool = True
     cross_clip: Literal["stepwise", "static", "none"] = "stepwise"
-    alpha: float | None = None  # None: take α from the pair's hyper-parameters (Table 4)
-    naive_cross_ratio: Literal["source", "self_old"] = "source"
+    naive_cross_ratio: Literal["source", "self_old"] = "source"  # §2.5 readings (variant knob)
 
     def loss_spec(
         self,
@@ -38,7 +38,7 @@ class Method:
         delta_step: float = 0.025,
         kl_beta: float = 1e-3,
     ) -> LossSpec:
-        """This method's loss knobs; the pair's hyper-parameters fill what the method leaves open."""
+        """This method's loss: its own clip ε and mechanisms, the run's α, 1−δ, δ_step and KL β (Table 4)."""
         eps = (0.2, 0.28) if self.loss == "grpo" else (3e-4, 4e-4)
         return LossSpec(
             kind=self.loss,
@@ -47,7 +47,7 @@ class Method:
             cross_clip_low=cross_clip_low,
             delta_step=delta_step,
             cross_clip=self.cross_clip,
-            alpha=self.alpha if self.alpha is not None else alpha,
+            alpha=alpha,
             omega_in_loss=self.omega_in_loss,
             kl_beta=kl_beta,
         )
@@ -56,8 +56,48 @@ class Method:
         per_update = max(1, minibatch_size // self.minibatch_divisor)
         return self.epochs * -(-rows // per_update)
 
+    def reads(self, knob: str) -> bool:
+        """Whether a run of this method reads ``knob`` (a HACPO hyper-parameter or a variant knob)."""
+        if knob in HACPO_KNOBS:
+            return self.loss == "hacpo"
+        return self.name in VARIANT_KNOBS.get(knob, {}).get("methods", ())
+
+    def variant(self, **knobs: str | None) -> Method:
+        """This method under documented variant knobs (None: the default reading), e.g.
+        ``get_method("naive").variant(naive_cross_ratio="self_old")``. A knob the method does not read, or
+        an unknown value, is an error."""
+        method = self
+        for knob, value in knobs.items():
+            if value is None:
+                continue
+            if knob not in VARIANT_KNOBS:
+                raise ValueError(f"unknown variant knob {knob!r}; known: {sorted(VARIANT_KNOBS)}")
+            spec = VARIANT_KNOBS[knob]
+            if self.name not in spec["methods"]:
+                raise ValueError(f"{knob} applies to {', '.join(spec['methods'])} only, not {self.name!r}")
+            if value not in spec["values"]:
+                raise ValueError(f"{knob}={value!r}; choose one of {sorted(spec['values'])}")
+            method = replace(method, **spec["values"][value])
+        return method
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+# The run hyper-parameters only HACPO's cross term reads (Table 4): other methods never receive them.
+HACPO_KNOBS = ("alpha", "cross_clip_low", "delta_step")
+
+# The spec's alternative readings, as knobs: which methods read each, and what each value sets.
+VARIANT_KNOBS: dict[str, dict] = {
+    "gspo_updates_x2_mode": {  # §2.4: (a) two epochs over the step's rows, (b) half-size mini-batches
+        "methods": ("gspo_updates_x2",),
+        "values": {"epochs": {"epochs": 2}, "half_minibatch": {"epochs": 1, "minibatch_divisor": 2}},
+    },
+    "naive_cross_ratio": {  # §2.5: cross ratios against the source's old policy, or the learner's own
+        "methods": ("naive",),
+        "values": {"source": {"naive_cross_ratio": "source"}, "self_old": {"naive_cross_ratio": "self_old"}},
+    },
+}
 
 
 _HACPO = Method("hacpo", loss="hacpo", joint=True, baseline="capability")
@@ -75,41 +115,17 @@ METHODS: dict[str, Method] = {
         replace(_HACPO, name="hacpo_no_omega", omega_in_loss=False),
         replace(_HACPO, name="hacpo_no_stepwise", cross_clip="static"),
         replace(_HACPO, name="hacpo_no_clip", cross_clip="none"),
+        # §8's other reading of "− Adv": the learner's own group mean as the baseline (not in the paper)
+        Method("hacpo_no_adv_own", loss="hacpo", joint=True, baseline="own_mean"),
     ]
 }
 
-_ALPHA = re.compile(r"^hacpo_alpha(\d+(?:p\d+)?)$")
-_VARIANTS = {
-    "gspo_updates_x2_half_minibatch": replace(
-        METHODS["gspo_updates_x2"], name="gspo_updates_x2_half_minibatch", epochs=1, minibatch_divisor=2
-    ),
-    "naive_self_old": replace(METHODS["naive"], name="naive_self_old", naive_cross_ratio="self_old"),
-    "hacpo_no_adv_own": replace(METHODS["hacpo_no_adv"], name="hacpo_no_adv_own", baseline="own_mean"),
-}
 
-
-def get_method(name: str, **overrides) -> Method:
-    """Look a method up by name; ``hacpo_alpha{N}`` (``N`` may be ``1p5`` for 1.5) fixes α = N.
-
-    Keyword overrides replace fields (e.g. ``get_method("hacpo", alpha=3.0)``).
-    """
-    if name in METHODS:
-        method = METHODS[name]
-    elif name in _VARIANTS:
-        method = _VARIANTS[name]
-    elif match := _ALPHA.match(name):
-        method = replace(_HACPO, name=name, alpha=float(match.group(1).replace("p", ".")))
-    else:
-        known = ", ".join(sorted([*METHODS, *_VARIANTS])) + ", hacpo_alpha<N>"
-        raise ValueError(f"unknown method {name!r}; known methods: {known}")
-    if overrides:
-        bad = set(overrides) - set(Method.__dataclass_fields__)
-        if bad:
-            raise ValueError(f"unknown method field(s) {sorted(bad)} for {name!r}")
-        method = replace(method, **overrides)
-    if method.alpha is not None and method.alpha < 0:
-        raise ValueError(f"alpha must be ≥ 0, got {method.alpha}")
-    return method
+def get_method(name: str) -> Method:
+    """The registry record of ``name``; an unknown name lists the known ones."""
+    if name not in METHODS:
+        raise ValueError(f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}")
+    return METHODS[name]
 
 
 def method_names() -> list[str]:

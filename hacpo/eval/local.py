@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 
 from hacpo.agents.lm import generate, left_pad
+from hacpo.agents.prompting import prompt_ids
 from hacpo.agents.retokenize import response_text
-from hacpo.agents.warmup import prompt_ids
 from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 

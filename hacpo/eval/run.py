@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from hacpo.reward import Scorer, extract_boxed
-from hacpo.runio import atomic_write_json, atomic_write_text, run_lock, sweep_temporaries
+from hacpo.runio import RunRecord, atomic_write_json, atomic_write_text, run_lock, sweep_temporaries
 
 from .metrics import summarize
 
@@ -107,19 +107,10 @@ def resolve_source(source: dict) -> str:
     final checkpoint of that agent, from its ``run.json``)."""
     if "model" in source:
         return source["model"]
-    run_json = Path(source["run"]) / "run.json"
-    if not run_json.is_file():
-        raise FileNotFoundError(f"{run_json} missing: train the run first")
-    run = json.loads(run_json.read_text())
-    if run.get("status") != "complete":
-        raise ValueError(f"{run_json}: run is {run.get('status')!r}, not complete; finish training first")
-    try:
-        return run["final_checkpoints"][source["agent"]]
-    except KeyError:
-        raise ValueError(
-            f"{run_json}: no final checkpoint for agent {source['agent']!r}; "
-            f"agents: {sorted(run.get('final_checkpoints', {}))}"
-        ) from None
+    record = RunRecord.read(source["run"])
+    if record is None:
+        raise FileNotFoundError(f"{Path(source['run']) / RunRecord.FILE} missing: train the run first")
+    return record.final_checkpoint(source["agent"], source["run"])
 
 
 def evaluate_setting(

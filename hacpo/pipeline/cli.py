@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from hacpo.runio import json_arg, sha256_file
+from hacpo.runio import RunRecord, json_arg, sha256_file
 
 
 def cmd_dataset(args) -> int:
@@ -91,7 +91,7 @@ def cmd_profiles(args) -> int:
     rows = []
     for run_dir, bench in zip(args.runs, args.benchmarks, strict=True):
         prof = json.loads((Path(run_dir) / "profile.json").read_text())
-        cfg = json.loads((Path(run_dir) / "run.json").read_text())["config"]
+        cfg = RunRecord.read(run_dir).config
         with open(bench) as f:
             tsv = next(csv.DictReader(f, delimiter="\t"))
         rows.append(

@@ -11,7 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from hacpo.algo import get_method
+from hacpo.algo import HACPO_KNOBS, get_method
+from hacpo.config import Alpha, CrossClipLow, DeltaStep
 
 ID = r"^[a-z][a-z0-9_]*$"  # keys that become wildcard values and path parts
 Id = Annotated[str, Field(pattern=ID)]
@@ -31,7 +32,13 @@ class _Strict(BaseModel):
 def _check_train_keys(d: dict) -> dict:
     from hacpo.config import TrainConfig
 
-    known = set(TrainConfig.model_fields) - PIPELINE_OWNED
+    known = set(TrainConfig.model_fields) - PIPELINE_OWNED - set(HACPO_KNOBS)
+    hacpo = sorted(set(d) & set(HACPO_KNOBS))
+    if hacpo:
+        raise ValueError(
+            f"{hacpo}: HACPO's hyper-parameters are set per pair (pairs.<pair>.hacpo) or per method entry "
+            "(methods.<name>.train), so that only HACPO runs receive them"
+        )
     bad = sorted(set(d) - known)
     if bad:
         raise ValueError(f"unknown training key(s) {bad}; settable keys: {', '.join(sorted(known))}")
@@ -106,11 +113,11 @@ class Model(_Strict):
 
 
 class PairHyper(_Strict):
-    """Paper Table 4: α, the lower clip bound 1−δ (NOT δ) and δ_step."""
+    """Paper Table 4: α, the lower clip bound 1−δ (NOT δ) and δ_step; only the pair's HACPO runs read them."""
 
-    alpha: float = Field(1.0, ge=0)
-    cross_clip_low: float = Field(0.8, ge=0.5, le=1.0)
-    delta_step: float = Field(0.025, ge=0)
+    alpha: Alpha = 1.0
+    cross_clip_low: CrossClipLow = 0.8
+    delta_step: DeltaStep = 0.025
 
 
 class PaperRef(_Strict):
@@ -140,19 +147,30 @@ class Pair(_Strict):
 
 
 class MethodEntry(_Strict):
-    """A named run recipe: a registry method plus training overrides (e.g. Figure 3's 150-step runs)."""
+    """A named run recipe: a registry method plus explicit overrides (Figure 3's 150-step runs, the α
+    ablation's ``hacpo`` with ``alpha: 0``). The name is the run's path part and table key; it never encodes
+    a value."""
 
     method: str
     label: str | None = None
     train: TrainOverrides
-
-    _v = field_validator("train")(classmethod(lambda cls, v: _check_train_keys(v)))
 
     @field_validator("method")
     @classmethod
     def _registry(cls, v):
         get_method(v)
         return v
+
+    @model_validator(mode="after")
+    def _overrides_fit_method(self):
+        method = get_method(self.method)
+        hyper = {k: v for k, v in self.train.items() if k in HACPO_KNOBS}
+        _check_train_keys({k: v for k, v in self.train.items() if k not in HACPO_KNOBS})
+        unread = sorted(k for k in hyper if not method.reads(k))
+        if unread:
+            raise ValueError(f"train: method {self.method!r} does not read {unread}")
+        PairHyper.model_validate(hyper)  # each value through the same check as everywhere
+        return self
 
 
 class Sampling(_Strict):
@@ -296,6 +314,20 @@ class PipelineConfig(_Strict):
     _v = field_validator("training")(classmethod(lambda cls, v: _check_train_keys(v)))
 
     @model_validator(mode="after")
+    def _alpha_variants(self):
+        """Each α of an α-ablation table is a run of ``hacpo`` with ``alpha`` overridden: a method entry
+        ``hacpo_alpha<α>`` (``1p5`` for 1.5) unless the config defines one of that name."""
+        for t in self.tables.values():
+            if t.kind == "alpha":
+                for a in t.alphas:
+                    name = alpha_variant(a)
+                    if name not in self.methods:
+                        self.methods[name] = MethodEntry(
+                            method="hacpo", label=f"HACPO α={a:g}", train={"alpha": a}
+                        )
+        return self
+
+    @model_validator(mode="after")
     def _references(self):
         errs: list[str] = []
 
@@ -384,6 +416,11 @@ class PipelineConfig(_Strict):
     def benchmarks_of(self, setting: str) -> list[str]:
         b = self.eval_settings[setting].benchmarks
         return list(self.benchmarks) if b == "all" else list(b)
+
+
+def alpha_variant(alpha: float) -> str:
+    """The method-entry name of HACPO at ``alpha`` in an α-ablation table (a name only; its α is in train)."""
+    return "hacpo_alpha" + f"{alpha:g}".replace(".", "p")
 
 
 def _format(err: ValidationError) -> str:

@@ -2,8 +2,8 @@
 
 Every decision of the workflow lives here: which runs a table needs, that a single-agent baseline shared by
 several pairs is trained once (its path has no pair), which checkpoint an evaluation reads, which
-hyper-parameters a run gets (global ``training`` < model or pair ``train`` < pair ``hacpo`` < method
-``train``). The Snakemake rules only name files and call ``hacpo …``.
+hyper-parameters a run gets (global ``training`` < model or pair ``train`` < pair ``hacpo`` (HACPO losses
+only) < method entry ``train``). The Snakemake rules only name files and call ``hacpo …``.
 
 Paths (all under ``results/``)::
 
@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 
-from .config import PipelineConfig, load_pipeline_config
+from .config import PipelineConfig, alpha_variant, load_pipeline_config
 
 R = "results"
 LABELS = {
@@ -159,7 +159,9 @@ class Pipeline:
         out = dict(cfg.training)
         if run.kind == "joint":
             pair = cfg.pairs[run.group]
-            out |= pair.train | pair.hacpo.model_dump()
+            out |= pair.train
+            if cfg.registry_method(run.method).loss == "hacpo":  # only HACPO losses read α, 1−δ, δ_step
+                out |= pair.hacpo.model_dump()
         else:
             out |= cfg.models[run.group].train
         if run.method in cfg.methods:
@@ -232,8 +234,6 @@ class Pipeline:
         entry = self.cfg.methods.get(method)
         if entry and entry.label:
             return entry.label
-        if method.startswith("hacpo_alpha"):
-            return "HACPO α=" + method.removeprefix("hacpo_alpha").replace("p", ".")
         return LABELS.get(method, method)
 
     def paper_method(self, method: str) -> str:
@@ -367,7 +367,7 @@ class Pipeline:
 
     def _table_alpha(self, t) -> tuple[list[str], dict]:
         seeds, files, rows = self.seeds(t), [], []
-        methods = {a: "hacpo_alpha" + f"{a:g}".replace(".", "p") for a in t.alphas}
+        methods = {a: alpha_variant(a) for a in t.alphas}  # method entries of hacpo with that α
         for pair in t.pairs:
             for model in self.cfg.pairs[pair].agents:
                 evals = {}

@@ -21,7 +21,6 @@ import resource
 import shutil
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,29 +32,28 @@ from hacpo.agents.lm import (
     left_pad,
     token_logprobs_shared_prompt,
 )
+from hacpo.agents.prompting import greedy_accuracy, prompt_ids
 from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
-from hacpo.agents.warmup import greedy_responses, prompt_ids
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
     group_advantages,
     group_by_prompt,
     joint_advantages,
-    policy_loss,
-    rows_with_gradient,
+    policy_loss_live_rows,
     seq_mean_logp,
-    sequence_log_ratio,
 )
 from hacpo.config import TrainConfig
 from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
+from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
     MetricsLog,
+    RunRecord,
     atomic_dir,
     atomic_write_json,
     checkpoint_steps,
-    read_json,
     read_jsonl,
     run_lock,
     sweep_temporaries,
@@ -110,7 +108,8 @@ class Agent:
         return ids.to(device), mask.to(device)
 
 
-def load_agent(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> Agent:
+def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> Agent:
+    """An agent to train: its model, reference model (KL), tokenizer, optimizer and sampling generator."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -193,16 +192,17 @@ class LocalTrainer:
             self.device = torch.device(cfg.device)
         torch.set_num_threads(cfg.threads)
         self.problems = read_problems(cfg.train_file)
-        self.val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
+        val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
+        self.val = [as_problem(p) for p in val]  # greedy validation problems
         torch.manual_seed(cfg.seed)
         with_ref = self.spec.kl_beta > 0
-        self.agents = [load_agent(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
+        self.agents = [load_learner(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
         self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
         self.scorer = Scorer(workers=cfg.scorer_workers)
         self.same_tok = [[same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.validation = MetricsLog(self.out / "validation.jsonl")
-        self.phase = defaultdict(float)
+        self.phase = Phases()
         self.gen_tokens = 0
         if cfg.old_logp == "auto":
             self.sampler_logp = cfg.temperature == 1.0 and cfg.top_p == 1.0
@@ -219,14 +219,13 @@ class LocalTrainer:
         A checkpoint at step s is written after step s's metrics row and validation, so on resume the logs
         keep exactly the rows of steps < s (metrics) and ≤ s (validation); a validation at s that a damaged
         log lacks is run again (greedy: no RNG use, so the resumed run stays bitwise)."""
-        run_json = self.out / "run.json"
-        if run_json.exists():
-            prev = read_json(run_json)
-            if prev.get("config_hash") != self.config_hash():
+        prev = RunRecord.read(self.out)
+        if prev is not None:
+            if prev.config_hash != self.config_hash():
                 raise ValueError(
                     f"{self.out} holds a run with a different config; choose another out_dir or delete it"
                 )
-            if prev.get("status") == "complete":
+            if prev.complete:
                 return -1
         sweep_temporaries(self.out)  # leftovers of writes a kill interrupted (never read as complete)
         steps = checkpoint_steps(self.out, [a.name for a in self.agents])
@@ -249,23 +248,22 @@ class LocalTrainer:
         every = self.cfg.val_every
         return done == 0 or done == self.cfg.steps or bool(every and done % every == 0)
 
-    def _write_run_json(self, status: str, step: int, extra: dict | None = None) -> None:
-        atomic_write_json(
-            self.out / "run.json",
-            {
-                "status": status,
-                "step": step,
-                "config_hash": self.config_hash(),
-                "config": self.cfg.model_dump(),
+    def _write_run_json(self, status: str, step: int, **final) -> None:
+        RunRecord(
+            status=status,
+            step=step,
+            config_hash=self.config_hash(),
+            config=self.cfg.model_dump(),
+            engine="local",
+            versions=versions(),
+            details={
                 "method": self.method.to_dict(),
                 "loss_spec": self.spec.__dict__,
-                "engine": "local",
                 "device": str(self.device),
                 "sampler_logp_as_old": self.sampler_logp,
-                "versions": versions(),
-                **(extra or {}),
             },
-        )
+            **final,
+        ).write(self.out)
 
     def _save_checkpoint(self, step: int) -> None:
         """Every agent's checkpoint, then ``run.json`` (the step is resumable from here), then pruning: a kill
@@ -313,51 +311,48 @@ class LocalTrainer:
     # ----------------------------------------------------------------------------- stage 1 and 2
     def _rollout(self, agent: Agent, problems: list[dict], g: int) -> Rollouts:
         cfg = self.cfg
-        t0 = time.perf_counter()
-        p_ids, p_mask = agent.prompt_ids(problems, cfg.prompt_style, self.device)
-        index = torch.arange(len(problems)).repeat_interleave(g)
-        agent.model.eval()
-        out = generate(
-            agent.model,
-            p_ids,
-            cfg.max_new_tokens,
-            eos_id=agent.eos_id,
-            pad_id=agent.pad_id,
-            prompt_mask=p_mask,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
-            generator=agent.gen,
-            prompt_index=index.to(self.device),
-        )
-        agent.model.train()
-        self.gen_tokens += int(out.mask.sum())
-        self.phase["generate"] += time.perf_counter() - t0
+        with self.phase("generate"):
+            p_ids, p_mask = agent.prompt_ids(problems, cfg.prompt_style, self.device)
+            index = torch.arange(len(problems)).repeat_interleave(g)
+            agent.model.eval()
+            out = generate(
+                agent.model,
+                p_ids,
+                cfg.max_new_tokens,
+                eos_id=agent.eos_id,
+                pad_id=agent.pad_id,
+                prompt_mask=p_mask,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                generator=agent.gen,
+                prompt_index=index.to(self.device),
+            )
+            agent.model.train()
+            self.gen_tokens += int(out.mask.sum())
 
-        t0 = time.perf_counter()
-        tokens = out.tokens.cpu()
-        reward_texts = [response_text(agent.tok, row) for row in tokens]  # the reward never sees an EOS
-        texts = (
-            reward_texts
-            if cfg.cross_eos == "strip"
-            else [response_text(agent.tok, row, cfg.cross_eos) for row in tokens]
-        )
-        golds = [problems[i]["answer"] for i in index.tolist()]
-        rewards = torch.tensor(self.scorer.score(reward_texts, golds), dtype=torch.float32)
-        self.phase["score"] += time.perf_counter() - t0
+        with self.phase("score"):
+            tokens = out.tokens.cpu()
+            reward_texts = [response_text(agent.tok, row) for row in tokens]  # the reward never sees an EOS
+            texts = (
+                reward_texts
+                if cfg.cross_eos == "strip"
+                else [response_text(agent.tok, row, cfg.cross_eos) for row in tokens]
+            )
+            golds = [problems[i]["answer"] for i in index.tolist()]
+            rewards = torch.tensor(self.scorer.score(reward_texts, golds), dtype=torch.float32)
 
-        t0 = time.perf_counter()
-        rows = index.to(self.device)
-        logp = out.logp
-        rollout = (p_ids, rows, out.tokens, p_mask, out.mask)
-        with torch.no_grad():
-            if not self.sampler_logp:
-                logp = token_logprobs_shared_prompt(agent.model, *rollout) * out.mask
-            ref_logp = None
-            if agent.ref is not None:
-                ref_logp = token_logprobs_shared_prompt(agent.ref, *rollout) * out.mask
-        # The shared text drops the terminal EOS (cross_eos: strip), so the generator's mean excludes it too.
-        shared_mask = source_logp_mask(out.tokens, agent.eos_id, cfg.cross_eos)
-        self.phase["logprobs"] += time.perf_counter() - t0
+        with self.phase("logprobs"):
+            rows = index.to(self.device)
+            logp = out.logp
+            rollout = (p_ids, rows, out.tokens, p_mask, out.mask)
+            with torch.no_grad():
+                if not self.sampler_logp:
+                    logp = token_logprobs_shared_prompt(agent.model, *rollout) * out.mask
+                ref_logp = None
+                if agent.ref is not None:
+                    ref_logp = token_logprobs_shared_prompt(agent.ref, *rollout) * out.mask
+            # The shared text drops the terminal EOS (cross_eos: strip): the generator's mean excludes it too.
+            shared_mask = source_logp_mask(out.tokens, agent.eos_id, cfg.cross_eos)
         return Rollouts(
             prompt_index=index,
             tokens=out.tokens,
@@ -438,7 +433,6 @@ class LocalTrainer:
 
     def _update(self, k: int, rows: Rows, problems: list[dict], step: int) -> list[dict]:
         cfg, learner = self.cfg, self.agents[k]
-        t0 = time.perf_counter()
         p_ids, p_mask = learner.prompt_ids(problems, cfg.prompt_style, "cpu")
         order = self._order(rows, k, step)
         size = max(1, cfg.minibatch_size // self.method.minibatch_divisor)
@@ -473,7 +467,6 @@ class LocalTrainer:
                 metrics["update"] = m
                 logs.append(metrics)
                 m += 1
-        self.phase["update"] += time.perf_counter() - t0
         return logs
 
     def _shared(self, learner: Agent, prompt_index, resp, resp_mask, p_ids, p_mask) -> SharedPrefixes:
@@ -490,58 +483,19 @@ class LocalTrainer:
         )
 
     def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
-        """Loss of one mini-batch. With ``skip_dead_rows``, HACPO cross rows whose clamp gives zero gradient
-        (found by a no-grad pass over the cross rows, reusing the prompts' encoding) are left out of the
-        backward; the loss still divides by the full N_m, and the logged metrics come from all rows, so the
-        update is unchanged (exact)."""
+        """Loss of one mini-batch (:func:`~hacpo.algo.policy_loss_live_rows`: with ``skip_dead_rows``, no
+        backward for HACPO cross rows whose clamp is flat; exact). Every pass over these rows reuses one
+        encoding of their prompts and shared response prefixes."""
         shared = self._shared(learner, prompt_index, resp, batch.mask, p_ids, p_mask)
-        cross = ~batch.own_rows()
-        skip = (
-            self.cfg.skip_dead_rows
-            and self.spec.kind == "hacpo"
-            and self.spec.cross_clip != "none"
-            and bool(cross.any())
+        loss, metrics = policy_loss_live_rows(
+            batch,
+            self.spec,
+            m,
+            lambda rows, detach: shared.logprobs(rows, detach=detach),
+            self.cfg.skip_dead_rows,
         )
-        if not skip:
-            batch.logp = shared.logprobs()
-            return policy_loss(batch, self.spec, m)
-        cross_rows = torch.nonzero(cross).flatten()
-        with torch.no_grad():
-            logp_cross = shared.logprobs(cross_rows, detach=True)
-        s = torch.exp(
-            sequence_log_ratio(
-                seq_mean_logp(logp_cross, batch.mask[cross_rows]),
-                batch.old_mean_logp[cross_rows],
-                self.spec.log_ratio_guard,
-            )
-        )
-        s_all = torch.ones_like(batch.adv)
-        s_all[cross_rows] = s.to(s_all.dtype)
-        live = rows_with_gradient(batch, self.spec, m, s_all) | ~cross
-        live_rows = torch.nonzero(live).flatten()
-        full = torch.zeros_like(batch.mask, dtype=logp_cross.dtype)
-        full[cross_rows] = logp_cross
-        if len(live_rows) == 0:  # all clamped: zero gradients, so the optimizer still steps as unskipped
+        if loss is None:  # every row clamped: zero gradients, so the optimizer still steps as unskipped
             loss = sum(p.sum() for p in learner.model.parameters()) * 0.0
-        else:
-            logp_live = shared.logprobs(live_rows)
-            sub = MiniBatch(
-                logp=logp_live,
-                mask=batch.mask[live_rows],
-                adv=batch.adv[live_rows],
-                old_mean_logp=batch.old_mean_logp[live_rows],
-                is_own=batch.is_own[live_rows],
-                omega=batch.omega[live_rows],
-                old_logp=batch.old_logp[live_rows],
-                ref_logp=batch.ref_logp[live_rows],
-                n_total=len(live),
-            )
-            loss, _ = policy_loss(sub, self.spec, m)
-            own_in_live = ~cross[live_rows]
-            full[live_rows[own_in_live]] = logp_live.detach()[own_in_live]
-        batch.logp = full
-        _, metrics = policy_loss(batch, self.spec, m)  # exact metrics over all rows, no model call
-        metrics["backward_rows_frac"] = len(live_rows) / len(live)
         return loss, metrics
 
     # ----------------------------------------------------------------------------- validation
@@ -549,26 +503,32 @@ class LocalTrainer:
     def validate(self, step: int) -> dict[str, float]:
         if not self.val:
             return {}
-        t0 = time.perf_counter()
-        accs = {}
-        for agent in self.agents:
-            accs[agent.name] = greedy_accuracy(agent, self.val, self.cfg, self.scorer)
-            self.validation.append(
-                {"step": step, "agent": agent.name, "acc": accs[agent.name], "n": len(self.val)}
-            )
-        self.phase["validate"] += time.perf_counter() - t0
+        with self.phase("validate"):
+            accs = {}
+            for agent in self.agents:
+                accs[agent.name] = greedy_accuracy(
+                    agent.model,
+                    agent.tok,
+                    self.val,
+                    self.cfg.prompt_style,
+                    self.cfg.max_new_tokens,
+                    self.scorer.score,
+                )
+                self.validation.append(
+                    {"step": step, "agent": agent.name, "acc": accs[agent.name], "n": len(self.val)}
+                )
         return accs
 
     # ----------------------------------------------------------------------------- main loop
-    def train(self) -> dict:
+    def train(self) -> RunRecord:
         with run_lock(self.out):
             return self._train()
 
-    def _train(self) -> dict:
+    def _train(self) -> RunRecord:
         cfg = self.cfg
         start = self._start_or_resume()
         if start < 0:
-            return read_json(self.out / "run.json")
+            return RunRecord.read(self.out)
         wall0 = time.perf_counter()
         if start == 0:
             self.validate(0)
@@ -595,9 +555,9 @@ class LocalTrainer:
         profile = {
             "wall_s": wall,
             "steps": cfg.steps - start,
-            "phase_s": dict(self.phase),
+            "phase_s": self.phase.snapshot(),
             "generated_tokens": self.gen_tokens,
-            "tokens_per_s": self.gen_tokens / max(self.phase["generate"], 1e-9),
+            "tokens_per_s": self.gen_tokens / max(self.phase.total["generate"], 1e-9),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20
             if self.device.type == "cuda"
@@ -608,14 +568,14 @@ class LocalTrainer:
         }
         atomic_write_json(self.out / "profile.json", profile)
         final = {a.name: str(self.out / "checkpoints" / a.name / f"step-{cfg.steps}") for a in self.agents}
-        self._write_run_json("complete", cfg.steps, {"final_checkpoints": final, "profile": profile})
+        self._write_run_json("complete", cfg.steps, final_checkpoints=final, profile=profile)
         self.scorer.close()
-        return read_json(self.out / "run.json")
+        return RunRecord.read(self.out)
 
     def train_step(self, step: int) -> dict:
         cfg = self.cfg
         t_step = time.perf_counter()
-        phase0 = dict(self.phase)
+        phase0 = self.phase.snapshot()
         idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
         problems = [self.problems[i] for i in idx]
         g = cfg.group_size * self.method.rollout_multiplier
@@ -629,23 +589,24 @@ class LocalTrainer:
             row[f"{agent.name}/response_tokens"] = float(rolls[k].mask.sum(1).float().mean())
         if len(self.agents) > 1:
             row["omega"] = omegas.tolist()
-        t0 = time.perf_counter()
-        if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old":
-            per_learner = [self._self_old_rows(k, rolls, omegas, problems) for k in range(len(self.agents))]
-        else:
-            per_learner = [self._rows_for(k, rolls, omegas) for k in range(len(self.agents))]
-        self.phase["retokenize"] += time.perf_counter() - t0
+        with self.phase("retokenize"):
+            if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old":
+                per_learner = [
+                    self._self_old_rows(k, rolls, omegas, problems) for k in range(len(self.agents))
+                ]
+            else:
+                per_learner = [self._rows_for(k, rolls, omegas) for k in range(len(self.agents))]
         for k, agent in enumerate(self.agents):
-            logs = self._update(k, per_learner[k], problems, step)
+            with self.phase("update"):
+                logs = self._update(k, per_learner[k], problems, step)
             row.update({f"{agent.name}/{key}": v for key, v in aggregate(logs).items()})
         row["time/step_s"] = time.perf_counter() - t_step
-        gen_s = self.phase["generate"] - phase0.get("generate", 0.0)
-        row["time/tokens_per_s"] = sum(float(r.mask.sum()) for r in rolls) / max(gen_s, 1e-9)
+        spent = self.phase.since(phase0)
+        row["time/tokens_per_s"] = sum(float(r.mask.sum()) for r in rolls) / max(spent["generate"], 1e-9)
         row["mem/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         if self.device.type == "cuda":
             row["mem/peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        for name, total in self.phase.items():
-            row[f"time/{name}_s"] = total - phase0.get(name, 0.0)
+        row.update({f"time/{name}_s": t for name, t in spent.items()})
         return row
 
     def _self_old_rows(self, k, rolls, omegas, problems) -> Rows:
@@ -686,14 +647,7 @@ def aggregate(logs: list[dict]) -> dict[str, float]:
     return out
 
 
-def greedy_accuracy(agent: Agent, problems: list[dict], cfg: TrainConfig, scorer: Scorer) -> float:
-    """Greedy accuracy scored by the training reward (math-verify), for the validation curve."""
-    items = [as_problem(p) for p in problems]
-    texts = greedy_responses(agent.model, agent.tok, items, cfg.prompt_style, cfg.max_new_tokens)
-    return sum(scorer.score(texts, [p.answer for p in items])) / len(items)
-
-
-def train(cfg: TrainConfig) -> dict:
-    """Train (or resume) one run; returns the final ``run.json``."""
+def train(cfg: TrainConfig) -> RunRecord:
+    """Train (or resume) one run; returns its final ``run.json``."""
     keep_freed_memory()
     return LocalTrainer(cfg).train()

@@ -1,0 +1,86 @@
+"""Prompting and greedy answering, shared by warm-up, training, validation and evaluation.
+
+One rendering of a problem into an agent's prompt (its chat template, the config's prompt style) and one
+greedy accuracy, judged by the exact boxed answer (the SFT stopping rule: cheap, in-process) or by the
+training reward (validation curves: math-verify); both read answers with :func:`hacpo.reward.extract_boxed`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from hacpo.agents.lm import generate, left_pad
+from hacpo.agents.retokenize import response_text
+from hacpo.data.synthetic import Problem, user_message
+from hacpo.reward import extract_boxed
+
+Judge = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
+
+
+def prompt_ids(tokenizer, problem: Problem, style: str) -> list[int]:
+    """The learner's templated prompt (BOS/role markers from the chat template), no extra specials."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_message(problem, style)}],
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=False,  # Qwen3 hybrid models: the paper disables thinking; other templates ignore it
+    )
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def exact_boxed_match(responses: Sequence[str], golds: Sequence[str]) -> list[float]:
+    """1.0 where the last ``\\boxed{}`` content equals the gold answer (whitespace-stripped), else 0.0."""
+    out = []
+    for response, gold in zip(responses, golds, strict=True):
+        got = extract_boxed(response)
+        out.append(float(got is not None and got.strip() == gold.strip()))
+    return out
+
+
+@torch.no_grad()
+def greedy_responses(
+    model, tokenizer, problems: list[Problem], style: str, max_new_tokens: int, batch_size: int = 512
+) -> list[str]:
+    """Greedy response texts (EOS stripped), in the order of ``problems``."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    prompts = [prompt_ids(tokenizer, p, style) for p in problems]
+    order = sorted(range(len(problems)), key=lambda i: len(prompts[i]))  # similar lengths → little padding
+    out: list[str] = [""] * len(problems)
+    try:
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            ids, mask = left_pad([prompts[i] for i in idx], tokenizer.pad_token_id)
+            gen = generate(
+                model,
+                ids.to(device),
+                max_new_tokens,
+                eos_id=tokenizer.eos_token_id,
+                pad_id=tokenizer.pad_token_id,
+                prompt_mask=mask.to(device),
+                greedy=True,
+            )
+            for row, i in zip(gen.tokens.cpu(), idx, strict=True):
+                out[i] = response_text(tokenizer, row)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def greedy_accuracy(
+    model,
+    tokenizer,
+    problems: list[Problem],
+    style: str,
+    max_new_tokens: int,
+    judge: Judge,
+    batch_size: int = 512,
+) -> float:
+    """Fraction of ``problems`` whose greedy response ``judge`` accepts (mean of its 0/1 verdicts)."""
+    if not problems:
+        raise ValueError("greedy_accuracy needs at least one problem")
+    texts = greedy_responses(model, tokenizer, problems, style, max_new_tokens, batch_size)
+    return sum(judge(texts, [p.answer for p in problems])) / len(problems)

@@ -1,0 +1,81 @@
+"""The run-directory contract: RunRecord (run.json) round trip, clear errors, the run lock and the sweep of
+temporaries that killed writes leave."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hacpo.runio import RunRecord, atomic_dir, atomic_write_text, run_lock, sweep_temporaries
+
+
+def _record(**kw) -> RunRecord:
+    base = dict(status="running", step=2, config_hash="abc", config={"method": "hacpo"}, engine="local")
+    return RunRecord(**{**base, **kw})
+
+
+def test_run_record_round_trip_and_engine_details(tmp_path):
+    _record(details={"device": "cpu"}).write(tmp_path)
+    assert RunRecord.read(tmp_path) == _record(details={"device": "cpu"})
+    data = json.loads((tmp_path / "run.json").read_text())
+    data["sampler_logp_as_old"] = True  # a key beside the contract (older run.json files) is kept as detail
+    (tmp_path / "run.json").write_text(json.dumps(data))
+    assert RunRecord.read(tmp_path).details == {"device": "cpu", "sampler_logp_as_old": True}
+    assert RunRecord.read(tmp_path / "absent") is None
+
+
+def test_run_record_errors_name_the_file_and_the_fix(tmp_path):
+    (tmp_path / "run.json").write_text('{"status": "running"}')
+    with pytest.raises(ValueError, match=r"run\.json: not a run record \(missing"):
+        RunRecord.read(tmp_path)
+    _record().write(tmp_path)
+    with pytest.raises(ValueError, match="not complete; finish training first"):
+        RunRecord.read(tmp_path).final_checkpoint("a", tmp_path)
+    _record(status="complete", final_checkpoints={"a": "ckpt/a"}).write(tmp_path)
+    assert RunRecord.read(tmp_path).final_checkpoint("a") == "ckpt/a"
+    with pytest.raises(ValueError, match=r"no final checkpoint for agent 'b'; agents: \['a'\]"):
+        RunRecord.read(tmp_path).final_checkpoint("b")
+
+
+def test_a_second_writer_of_a_run_directory_is_refused_until_the_first_dies(tmp_path):
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from hacpo.runio import run_lock\n"
+            "with run_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ValueError, match="being written by another process"):
+            with run_lock(tmp_path):
+                pass
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases the lock
+        holder.wait()
+    with run_lock(tmp_path):
+        pass
+
+
+def test_sweep_removes_only_what_interrupted_atomic_writes_left(tmp_path):
+    atomic_write_text(tmp_path / "keep.json", "{}")
+    (tmp_path / ".keep.json.x1.tmp").write_text("{")  # a killed atomic_write_bytes
+    ckpt = tmp_path / "checkpoints" / "a"
+    with atomic_dir(ckpt / "step-2") as tmp:
+        (tmp / "config.json").write_text("{}")
+    (ckpt / ".step-4.x2.tmp").mkdir()  # a killed atomic_dir
+    (ckpt / ".step-4.x2.tmp" / "model.safetensors").write_bytes(b"half")
+    (ckpt / ".step-2.x3.old").mkdir()
+    os.mkdir(tmp_path / ".hidden-but-ours")
+    assert sweep_temporaries(tmp_path) == 3
+    assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(
+        [".hidden-but-ours", "checkpoints", "a", "step-2", "config.json", "keep.json"]
+    )
