@@ -34,7 +34,8 @@ from math import gcd
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from hacpo.reward import Scorer, _norm  # noqa: E402
+from hacpo.reward import Scorer  # noqa: E402
+from hacpo.reward.fastpath import _norm  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA_DIR = os.path.join(os.path.dirname(ROOT), "shared", "data")

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hacpo import reward
-from hacpo.reward import Scorer, extract_boxed, score_batch, score_detailed, score_one
+from hacpo.reward import Scorer, extract_boxed, fastpath, score_batch, score_detailed, score_one, verify
 
 MB2 = 2 * 1024 * 1024
 PER_ITEM_LIMIT_S = 2.5
@@ -190,16 +189,16 @@ def _int_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
 def test_int_fast_path_agrees_with_math_verify():
     checked = 0
     for content, gold in _int_pairs(150):
-        _, decided, method, key = reward._prepare("\\boxed{" + content + "}", gold)
+        _, decided, method, key = fastpath.prepare("\\boxed{" + content + "}", gold)
         if method != "int":
             continue
-        mv_verdict, mv_method = reward._verify_item(content, gold, 10.0)
+        mv_verdict, mv_method = verify.verify_item(content, gold, 10.0)
         assert mv_method == "math_verify"
         assert bool(decided) == mv_verdict, (content, gold)
         checked += 1
     assert checked > 100
     # "+1,000" is read by math-verify as the set {1, 0}: such forms must not take the int fast path.
-    assert reward._prepare("\\boxed{1000}", "+1,000")[2] == "math_verify"
+    assert fastpath.prepare("\\boxed{1000}", "+1,000")[2] == "math_verify"
 
 
 def _rational_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
@@ -238,16 +237,16 @@ def _rational_pairs(n: int, seed: int = 0) -> list[tuple[str, str]]:
 def test_rational_fast_path_agrees_with_math_verify():
     checked = 0
     for content, gold in _rational_pairs(250):
-        _, decided, method, key = reward._prepare("\\boxed{" + content + "}", gold)
+        _, decided, method, key = fastpath.prepare("\\boxed{" + content + "}", gold)
         if method != "rational":
             continue
-        mv_verdict, mv_method = reward._verify_item(content, gold, 10.0)
+        mv_verdict, mv_method = verify.verify_item(content, gold, 10.0)
         assert mv_method == "math_verify"
         assert bool(decided) == mv_verdict, (content, gold)
         checked += 1
     assert checked > 150
     # math-verify rounds to 6 digits: this near miss must be left to it (it says equal)
-    assert reward._prepare("\\boxed{0.3333333}", "\\frac{1}{3}")[2] == "math_verify"
+    assert fastpath.prepare("\\boxed{0.3333333}", "\\frac{1}{3}")[2] == "math_verify"
     assert score_one("\\boxed{0.3333333}", "\\frac{1}{3}") == 1.0
 
 
@@ -256,7 +255,7 @@ def test_rational_fast_path_agrees_with_math_verify():
 )
 def test_exact_fast_path_agrees_with_math_verify(s):
     assert score_detailed("\\boxed{" + s + "}", s)["method"] == "exact"
-    assert reward._verify_item(s, s, 10.0) == (True, "math_verify")
+    assert verify.verify_item(s, s, 10.0) == (True, "math_verify")
 
 
 # ------------------------------------------------------------------------------------------ hostile inputs
@@ -449,10 +448,10 @@ def test_swallowed_interrupt_counts_as_timeout():
         return True, "math_verify"
 
     t = time.perf_counter()
-    assert reward._call_with_deadline(swallow, 0.05) == ("timeout", None)
+    assert verify.call_with_deadline(swallow, 0.05) == ("timeout", None)
     assert time.perf_counter() - t < 0.3  # the sleep was interrupted
     time.sleep(0.15)  # and nothing fires after the call returned
-    assert reward._call_with_deadline(lambda: 42, 1.0) == ("ok", 42)
+    assert verify.call_with_deadline(lambda: 42, 1.0) == ("ok", 42)
 
 
 def test_deadline_never_aborts_an_import(tmp_path, monkeypatch):
@@ -466,7 +465,7 @@ def test_deadline_never_aborts_an_import(tmp_path, monkeypatch):
         return hacpo_slow_import_probe.DONE
 
     try:
-        assert reward._call_with_deadline(load, 0.05) == ("timeout", None)
+        assert verify.call_with_deadline(load, 0.05) == ("timeout", None)
         assert sys.modules["hacpo_slow_import_probe"].DONE is True
     finally:
         sys.modules.pop("hacpo_slow_import_probe", None)

@@ -1,0 +1,288 @@
+"""Worker subprocesses: fresh interpreters that score math-verify items under a soft deadline, killed and
+replaced by the parent past the hard one (the "Timeouts" section of :mod:`hacpo.reward`)."""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
+from multiprocessing.connection import wait as _conn_wait
+from typing import Any
+
+from .limits import _MAX_CHUNK, _WORKER_START_TIMEOUT_S
+from .verify import verify_item, warmup
+
+logger = logging.getLogger("hacpo.reward")
+
+
+def _set_cpu_backstop(seconds: float) -> None:
+    """Let the kernel kill this worker (SIGXCPU) if one item burns ``seconds`` of CPU — covers the case where
+    the parent died and can no longer kill a worker stuck in C code."""
+    try:
+        import resource
+
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(used.ru_utime + used.ru_stime + seconds) + 1
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        if hard != resource.RLIM_INFINITY:
+            soft = min(soft, hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    except Exception:  # pragma: no cover - best effort
+        pass
+
+
+def worker_entry() -> None:
+    """Main of a worker subprocess: ``python -c ... <read_fd> <write_fd> <soft_s> <cpu_backstop_s>``."""
+    rfd, wfd, soft_s, backstop_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business; it closes us
+    try:  # the CPU backstop (SIGXCPU) must not leave core files behind
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    except Exception:  # pragma: no cover
+        pass
+    for name in ("math_verify", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
+    # Test-only hook: boxed content equal to this value blocks SIGALRM and sleeps, imitating a hang in C code
+    # that no signal can interrupt, so the tests can exercise the parent's kill-and-replace path.
+    hang_for_tests = os.environ.get("HACPO_REWARD_HANG_FOR_TESTS") or None
+    warmup()
+    try:
+        wconn.send(("ready", os.getpid()))
+    except OSError:  # parent already gone
+        return
+    while True:
+        try:
+            chunk = rconn.recv()
+        except (EOFError, OSError):
+            break
+        if chunk is None:
+            break
+        for idx, content, gold in chunk:
+            _set_cpu_backstop(backstop_s)
+            if content == hang_for_tests:
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+                time.sleep(3600)
+            ok, method = verify_item(content, gold, soft_s)
+            try:
+                wconn.send((idx, ok, method))
+            except (BrokenPipeError, OSError):
+                return
+
+
+class _Worker:
+    __slots__ = ("proc", "rconn", "wconn", "ready", "inflight", "item_t0", "started")
+
+    def __init__(self, proc: subprocess.Popen, rconn: Connection, wconn: Connection):
+        self.proc, self.rconn, self.wconn = proc, rconn, wconn
+        self.ready = False
+        self.inflight: deque[int] = deque()
+        self.item_t0 = 0.0
+        self.started = time.monotonic()
+
+
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_WORKER_CODE = (
+    f"import sys; sys.path.insert(0, {_PKG_ROOT!r}); "
+    "from hacpo.reward.pool import worker_entry; worker_entry()"
+)
+_LIVE_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
+
+
+class Pool:
+    """N worker subprocesses; per-item hard deadline with kill-and-replace. Not thread-safe (Scorer locks)."""
+
+    def __init__(self, workers: int, timeout_s: float, soft_s: float):
+        self.timeout_s, self.soft_s = timeout_s, soft_s
+        self.kills = 0
+        self.crashes = 0
+        self._start_failures = 0
+        self._workers: list[_Worker] = []
+        self._closed = False
+        _LIVE_POOLS.add(self)
+        for _ in range(workers):
+            self._workers.append(self._spawn())
+
+    def _spawn(self) -> _Worker:
+        p2c_r, p2c_w = os.pipe()
+        c2p_r, c2p_w = os.pipe()
+        try:
+            backstop = max(10.0, 5.0 * self.timeout_s)
+            argv = [sys.executable, "-c", _WORKER_CODE, str(p2c_r), str(c2p_w)]
+            argv += [repr(self.soft_s), repr(backstop)]
+            proc = subprocess.Popen(
+                argv,
+                pass_fds=(p2c_r, c2p_w),
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            for fd in (p2c_r, p2c_w, c2p_r, c2p_w):
+                os.close(fd)
+            raise
+        os.close(p2c_r)
+        os.close(c2p_w)
+        return _Worker(proc, Connection(c2p_r, writable=False), Connection(p2c_w, readable=False))
+
+    def _discard(self, w: _Worker) -> None:
+        for conn in (w.rconn, w.wconn):
+            try:
+                conn.close()
+            except OSError:
+                pass
+        if w.proc.poll() is None:
+            try:
+                w.proc.kill()
+            except OSError:  # pragma: no cover
+                pass
+        try:
+            w.proc.wait(timeout=5)
+        except Exception:  # pragma: no cover
+            pass
+
+    def _replace(self, w: _Worker) -> None:
+        self._discard(w)
+        self._workers[self._workers.index(w)] = self._spawn()
+
+    def _fail_worker(self, w: _Worker, results: list, queue: deque[int], method: str, crashes: dict) -> int:
+        """Worker died or overran: it is replaced and the rest of its chunk requeued. An overrun item
+        scores 0; a crashed one is retried once on a fresh worker (the crash may not be its fault)."""
+        done = 0
+        if not w.ready:
+            self._start_failures += 1
+            if self._start_failures > 3:
+                raise RuntimeError("hacpo.reward: worker processes keep failing to start")
+        elif w.inflight:
+            idx = w.inflight.popleft()
+            queue.extendleft(reversed(w.inflight))
+            w.inflight.clear()
+            crashes[idx] = crashes.get(idx, 0) + (method == "crashed")
+            if method == "crashed" and crashes[idx] < 2:
+                queue.appendleft(idx)
+            else:
+                results[idx] = (False, method)
+                done = 1
+        self._replace(w)
+        return done
+
+    def run(self, tasks: Sequence[tuple[str, str]]) -> list[tuple[bool, str]]:
+        if self._closed:
+            raise RuntimeError("hacpo.reward: pool is closed")
+        results: list[Any] = [None] * len(tasks)
+        # Same-gold items travel together, so each worker's gold-parse cache is hit instead of re-parsing.
+        queue: deque[int] = deque(sorted(range(len(tasks)), key=lambda i: tasks[i][1]))
+        remaining = len(tasks)
+        crashes: dict[int, int] = {}
+        try:
+            while remaining:
+                now = time.monotonic()
+                idle = [w for w in self._workers if w.ready and not w.inflight]
+                for w in idle:
+                    if not queue:
+                        break
+                    size = max(1, min(_MAX_CHUNK, len(queue) // (2 * len(self._workers))))
+                    chunk = [queue.popleft() for _ in range(min(size, len(queue)))]
+                    w.inflight.extend(chunk)
+                    w.item_t0 = now
+                    try:
+                        w.wconn.send([(i, *tasks[i]) for i in chunk])
+                    except OSError:
+                        w.inflight.clear()
+                        queue.extendleft(reversed(chunk))
+                        self.crashes += 1
+                        self._fail_worker(w, results, queue, "crashed", crashes)
+                waits = [w.item_t0 + self.timeout_s - now for w in self._workers if w.inflight]
+                waits += [w.started + _WORKER_START_TIMEOUT_S - now for w in self._workers if not w.ready]
+                by_conn = {w.rconn: w for w in self._workers}
+                for conn in _conn_wait(list(by_conn), timeout=max(0.0, min(waits, default=1.0))):
+                    w = by_conn[conn]
+                    try:
+                        while conn.poll():
+                            msg = conn.recv()
+                            if msg[0] == "ready":
+                                w.ready = True
+                                self._start_failures = 0
+                                continue
+                            idx, ok, method = msg
+                            if w.inflight and w.inflight[0] == idx:
+                                w.inflight.popleft()
+                                results[idx] = (ok, method)
+                                remaining -= 1
+                            w.item_t0 = time.monotonic()
+                    except (EOFError, OSError):
+                        self.crashes += 1
+                        remaining -= self._fail_worker(w, results, queue, "crashed", crashes)
+                now = time.monotonic()
+                for w in list(self._workers):
+                    if w.inflight and now - w.item_t0 > self.timeout_s:
+                        self.kills += 1
+                        logger.warning(
+                            "hacpo.reward: item exceeded %.1fs; worker %d killed", self.timeout_s, w.proc.pid
+                        )
+                        remaining -= self._fail_worker(w, results, queue, "killed", crashes)
+                    elif not w.ready and now - w.started > _WORKER_START_TIMEOUT_S:
+                        self._fail_worker(w, results, queue, "start_timeout", crashes)
+        except BaseException:
+            # Interrupted mid-batch (e.g. KeyboardInterrupt): busy workers would answer into the next batch.
+            for w in list(self._workers):
+                if w.inflight:
+                    w.inflight.clear()
+                    try:
+                        self._replace(w)
+                    except Exception:  # pragma: no cover
+                        pass
+            raise
+        return results
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until every worker has started (or ``timeout`` s passed); True if all are ready."""
+        deadline = time.monotonic() + timeout
+        while True:
+            starting = {w.rconn: w for w in self._workers if not w.ready}
+            left = deadline - time.monotonic()
+            if not starting or left <= 0:
+                return not starting
+            for conn in _conn_wait(list(starting), timeout=left):
+                w = starting[conn]
+                try:
+                    while conn.poll():
+                        if conn.recv()[0] == "ready":
+                            w.ready = True
+                            self._start_failures = 0
+                except (EOFError, OSError):
+                    self._fail_worker(w, [], deque(), "crashed", {})
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for w in self._workers:
+            try:
+                w.wconn.send(None)
+            except OSError:
+                pass
+        deadline = time.monotonic() + 1.0
+        for w in self._workers:
+            try:
+                w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+            self._discard(w)
+        self._workers.clear()
+
+
+@atexit.register
+def _close_all_pools() -> None:
+    for pool in list(_LIVE_POOLS):
+        try:
+            pool.close()
+        except Exception:  # pragma: no cover
+            pass
