@@ -288,3 +288,18 @@ def test_workflow_dataset_command_prepares_registry_data_with_paper_prompts(tmp_
     assert all(r["answer"] and "," not in r["answer"] for r in rows)
     entry = json.loads((tmp_path / "d" / "gsm8k.manifest.json").read_text())
     assert entry["name"] == "gsm8k" and len(entry["revision"]) == 40 and entry["count"] == len(rows)
+
+
+def test_the_train_rule_writes_where_runs_live_and_checks_its_wildcards():
+    import re
+
+    rule = (ROOT / "workflow" / "rules" / "train.smk").read_text()
+    output = re.search(r'output:\n\s+"([^"]+)"', rule).group(1)
+    r = Run("joint", "size", "hacpo", 42)
+    assert output.format(kind=r.kind, group=r.group, method=r.method, seed=r.seed) == r.done
+    p = pipe("config")
+    assert p.run_at("joint", "size", "hacpo", 42) == r
+    with pytest.raises(ValueError, match="'small' is not a pair"):
+        p.run_at("joint", "small", "hacpo", 42)
+    with pytest.raises(ValueError, match="'hacpo' is joint: it has no single runs"):
+        p.run_at("single", "small", "hacpo", 42)

@@ -146,7 +146,7 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
         assert (tmp_path / "results" / "tables" / f"{table}.csv").stat().st_size > 0, table
     assert (tmp_path / "results" / "figures" / "figure2.png").is_file()
     submitted = _submitted_rules(tmp_path)
-    gpu_rules = {"train_single", "train_joint", "evaluate"}  # the GPU rules: they must run as SLURM jobs
+    gpu_rules = {"train", "evaluate"}  # the GPU rules: they must run as SLURM jobs
     assert gpu_rules <= submitted, f"sbatch logs only for {sorted(submitted)}\n{_report(r, tmp_path)}"
 
 
@@ -166,7 +166,7 @@ def test_slurm_profile_renders_the_gpu_request(tmp_path):
     wf = tmp_path / "wf"
     wf.mkdir()
     (wf / "Snakefile").write_text(
-        'rule train_joint:\n    output: "x.txt"\n    resources: gpu=4\n    shell: "touch {output}"\n'
+        'rule train:\n    output: "x.txt"\n    resources: gpu=4\n    shell: "touch {output}"\n'
     )
     env = _env()
     env["PATH"] = f"{fake}{os.pathsep}{env['PATH']}"
@@ -177,7 +177,7 @@ def test_slurm_profile_renders_the_gpu_request(tmp_path):
     )  # fmt: skip
     assert r.returncode != 0 and record.exists(), _tail(r.stdout + r.stderr)
     args = record.read_text().split(" --wrap=")[0].split()
-    site = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())["set-resources"]["train_joint"]
+    site = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())["set-resources"]["train"]
     assert args[args.index("-p") + 1] == site["slurm_partition"]
     if "gres" in site:  # the --gres spelling (see the profile's comment): the count is fixed there
         assert f"--gres={site['gres']}" in args and not any(a.startswith("--gpus") for a in args)

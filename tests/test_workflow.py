@@ -68,8 +68,7 @@ def test_default_config_dry_run_resolves_every_table(tmp_path):
         "prepare_data": 4,
         "data_manifest": 1,
         "build_agent": 4,
-        "train_single": 30,
-        "train_joint": 26,
+        "train": 56,  # 30 single-agent + 26 joint runs (hacpo plan)
         "evaluate": 80,
         "table": 10,
         "figure": 2,
@@ -83,8 +82,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
     assert counts == {
         "prepare_data": 8,  # MATH train + seven benchmarks
         "data_manifest": 1,
-        "train_single": 39,  # shared/spec/paper-results.md §5
-        "train_joint": 27,
+        "train": 66,  # 39 single-agent + 27 joint runs: shared/spec/paper-results.md §5
         "evaluate": 100,
         "table": 10,
         "figure": 2,
@@ -105,7 +103,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
     more = job_counts(extended, tmp_path / "b", profile="slurm")
     assert {k: more[k] - counts[k] for k in counts} == {
         **{k: 0 for k in counts},
-        "train_joint": 2,
+        "train": 2,
         "evaluate": 4,
     }
 

@@ -125,6 +125,17 @@ class Pipeline:
     def is_joint(self, method: str) -> bool:
         return self.cfg.registry_method(method).joint
 
+    def run_at(self, kind: str, group: str, method: str, seed: int) -> Run:
+        """The run a train job's wildcards name, checked against the config (a clear error, no KeyError)."""
+        groups = self.cfg.models if kind == "single" else self.cfg.pairs
+        if group not in groups:
+            what = "model" if kind == "single" else "pair"
+            raise ValueError(f"{kind} run {group}/{method}: {group!r} is not a {what} of the config")
+        if self.is_joint(method) != (kind == "joint"):
+            other = "joint" if kind == "single" else "single-agent"
+            raise ValueError(f"method {method!r} is {other}: it has no {kind} runs")
+        return Run(kind, group, method, seed)
+
     def run(self, method: str, pair: str, model: str, seed: int) -> Run:
         """The run training ``model`` with ``method`` for ``pair``'s table row (single runs drop the pair)."""
         if self.is_joint(method):

@@ -1,5 +1,5 @@
 # Config validation, wildcard constraints and the thin input/params functions over hacpo.pipeline.
-from hacpo.pipeline import Pipeline, Run, as_json
+from hacpo.pipeline import Pipeline, as_json
 from hacpo.pipeline.hooks import put_interpreter_on_path, start_worker, stop_worker
 from hacpo.pipeline.targets import TARGET_PATTERN
 
@@ -10,7 +10,8 @@ put_interpreter_on_path()  # validates the whole config (key-path errors) before
 wildcard_constraints:
     dataset="|".join(PIPE.cfg.datasets),
     model="|".join(PIPE.cfg.models),
-    pair="|".join(PIPE.cfg.pairs),
+    kind="single|joint",
+    group="|".join([*PIPE.cfg.models, *PIPE.cfg.pairs]),
     setting="|".join(PIPE.cfg.eval_settings),
     table="|".join(PIPE.cfg.tables) or "none",
     figure="|".join(PIPE.cfg.figures) or "none",
@@ -21,10 +22,7 @@ wildcard_constraints:
 
 
 def _run(wildcards):
-    kind, group = (
-        ("joint", wildcards.pair) if hasattr(wildcards, "pair") else ("single", wildcards.model)
-    )
-    return Run(kind, group, wildcards.method, int(wildcards.seed))
+    return PIPE.run_at(wildcards.kind, wildcards.group, wildcards.method, int(wildcards.seed))
 
 
 def train_inputs(wildcards):
