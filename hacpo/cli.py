@@ -1,6 +1,8 @@
 """``hacpo <command>``: the single entry point for users and workflow rules.
 
-Commands: ``methods``, ``data``, ``build-agent``, ``train``, ``eval``, ``demo``. Bad input fails fast with a
+Commands: ``methods``, ``data``, ``build-agent``, ``train``, ``eval``, ``demo`` (and, from the modules that
+own them, ``prepare-data``, ``manifest``, ``rescore``, ``profiles``, ``plan``, ``report``, ``worker``): one
+command per job, used alike by people and by the workflow's rules. Bad input fails fast with a
 message naming the problem, before any model is built.
 """
 
@@ -39,8 +41,18 @@ def cmd_methods(args) -> int:
 
 
 def cmd_data(args) -> int:
+    """Synthetic train/dev/test splits (``--families``), or one workflow dataset file (``--spec``)."""
+    if args.spec is not None:
+        if args.families is not None:
+            raise ValueError("give --families (synthetic splits) or --spec (one workflow dataset), not both")
+        if not args.manifest:
+            raise ValueError("--spec writes one dataset file and its manifest entry: give --manifest too")
+        from hacpo.pipeline.cli import write_dataset
+
+        return write_dataset(args)
     from hacpo.data.synthetic import make_splits, write_jsonl
 
+    args.families = args.families or ["add2"]
     splits = make_splits(
         args.families, seed=args.seed, n_test=args.n_test, n_dev=args.n_dev, n_train=args.n_train
     )
@@ -86,7 +98,7 @@ def cmd_train(args) -> int:
         cfg = cfg.model_copy(update={"progress": True})
     if args.engine != "local":
         raise ValueError(
-            f"engine {args.engine!r}: the OpenRLHF engine arrives with issue 6; run the CPU engine (local)"
+            f"engine {args.engine!r}: the OpenRLHF engine arrives with issue 10; run the CPU engine (local)"
         )
     from hacpo.engines.local import train
     from hacpo.runio import atomic_write_json
@@ -107,6 +119,21 @@ def cmd_train(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    """A checkpoint on benchmark files (``--checkpoint``/``--benchmark``), or one workflow evaluation job:
+    every benchmark of an evaluation setting (``--source``/``--settings``)."""
+    workflow = args.source is not None or args.settings is not None
+    if workflow:
+        if args.checkpoint or args.benchmark:
+            raise ValueError("give --checkpoint/--benchmark or --source/--settings, not both")
+        if args.source is None or args.settings is None:
+            raise ValueError("an evaluation setting needs both --source and --settings")
+        from hacpo.pipeline.cli import evaluate_setting_job
+
+        return evaluate_setting_job(args)
+    if not args.checkpoint or not args.benchmark:
+        raise ValueError("give --checkpoint and --benchmark (or --source and --settings)")
+    if args.engine != "local":
+        raise ValueError(f"engine {args.engine!r}: only the local engine evaluates checkpoint files for now")
     from hacpo.eval import Sampling, evaluate
     from hacpo.eval.local import LocalGenerator
 
@@ -127,7 +154,8 @@ def cmd_eval(args) -> int:
     gen = LocalGenerator(args.checkpoint, device=args.device, threads=args.threads)
     for b in args.benchmark:
         prefix = Path(args.out) / Path(b).stem
-        summary = evaluate(gen, b, prefix, sampling, limit=args.limit, scorer_workers=args.scorer_workers)
+        workers = args.scorer_workers or 0
+        summary = evaluate(gen, b, prefix, sampling, limit=args.limit, scorer_workers=workers)
         print(json.dumps({k: v for k, v in summary.items() if k != "sampling"}))
     return 0
 
@@ -145,13 +173,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("methods", help="list the method registry").set_defaults(func=cmd_methods)
 
-    d = sub.add_parser("data", help="write synthetic train/dev/test splits as JSONL")
-    d.add_argument("--families", nargs="+", default=["add2"])
+    d = sub.add_parser(
+        "data", help="synthetic train/dev/test splits (--families), or one workflow dataset file (--spec)"
+    )
+    d.add_argument("--out", required=True, help="splits: a directory; --spec: the dataset's JSONL file")
+    d.add_argument("--families", nargs="+", default=None, help="synthetic families (default: add2)")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--n-test", type=int, default=1000)
     d.add_argument("--n-dev", type=int, default=200)
     d.add_argument("--n-train", type=int, default=None)
-    d.add_argument("--out", required=True)
+    w = d.add_argument_group("one workflow dataset (the prepare_data rule)")
+    w.add_argument("--spec", help="JSON (or @file): {synthetic: {...}} or {registry: NAME, file: …}")
+    w.add_argument("--name", help="the dataset's name in the manifest (default: the --out file's stem)")
+    w.add_argument("--manifest", help="where to write this dataset's manifest entry")
+    w.add_argument("--cache", default=None, help="directory of downloaded dataset files")
+    w.add_argument("--offline", action="store_true", help="never download from the Hub")
     d.set_defaults(func=cmd_data)
 
     b = sub.add_parser("build-agent", help="build a tiny local agent and warm it up by SFT (cached)")
@@ -175,10 +211,17 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--progress", action="store_true")
     t.set_defaults(func=cmd_train)
 
-    e = sub.add_parser("eval", help="evaluate a checkpoint on benchmark JSONL files")
-    e.add_argument("--checkpoint", required=True)
-    e.add_argument("--benchmark", nargs="+", required=True)
-    e.add_argument("--out", required=True, help="output directory")
+    e = sub.add_parser(
+        "eval",
+        help="evaluate a checkpoint on benchmark files, or one workflow job (--source/--settings)",
+    )
+    e.add_argument("--checkpoint", help="a Hugging Face checkpoint directory")
+    e.add_argument("--benchmark", nargs="+", help="benchmark JSONL files")
+    e.add_argument("--out", required=True, help="output directory (with --settings, summary.json last)")
+    w = e.add_argument_group("one workflow evaluation job (the evaluate rule)")
+    w.add_argument("--source", help='JSON: {"model": PATH} or {"run": DIR, "agent": NAME}')
+    w.add_argument("--settings", help="JSON (or @file) from Pipeline.eval_settings")
+    w.add_argument("--engine", default="local", choices=["local", "openrlhf"])
     e.add_argument("--sample", action="store_true", help="sample k responses instead of greedy decoding")
     e.add_argument("--k", type=int, default=1)
     e.add_argument("--temperature", type=float, default=1.0)
@@ -189,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--scorer-workers", type=int, default=0)
+    e.add_argument("--scorer-workers", type=int, help="math-verify processes (default 0, or the setting's)")
     e.set_defaults(func=cmd_eval)
 
     m = sub.add_parser("demo", help="toy end-to-end demo on CPU: data → agents → GSPO vs HACPO → table")

@@ -26,7 +26,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-# Where each point sits (all reached by the local engine's `hacpo train` or by `hacpo evaluate`):
+# Where each point sits (all reached by the local engine's `hacpo train` or by `hacpo eval`):
 POINTS = {
     "generate": "after a rollout's generation, before its scoring",
     "score": "half-way through scoring a step's rollouts (pool workers busy)",

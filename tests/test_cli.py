@@ -126,3 +126,22 @@ def test_pass_at_k_and_summary_by_hand():
     assert s["pass@1"] == pytest.approx(0.375) and s["pass@4"] == 1.0
     with pytest.raises(ValueError):
         summarize([[1, 0], [1]])
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["data", "--out", "x", "--spec", "{}", "--families", "add2"], "not both"),
+        (["data", "--out", "x", "--spec", "{}"], "give --manifest too"),
+        (["eval", "--out", "x"], "give --checkpoint and --benchmark"),
+        (["eval", "--out", "x", "--source", "{}"], "needs both --source and --settings"),
+        (["eval", "--out", "x", "--checkpoint", "c", "--source", "{}", "--settings", "{}"], "not both"),
+        (["eval", "--out", "x", "--source", "{}", "--settings", "{}", "--engine", "openrlhf"], "issue 10"),
+    ],
+)
+def test_one_command_per_job_refuses_mixed_forms(argv, message, capsys):
+    """`data` and `eval` serve people and the workflow's rules alike; a mix of both forms is named."""
+    from hacpo.cli import main
+
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

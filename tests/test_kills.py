@@ -94,7 +94,7 @@ def eval_args(run_dir: Path, data: Path, out: Path) -> list[str]:
         },
     }
     source = {"run": str(run_dir), "agent": "qwen"}
-    return ["evaluate", "--source", json.dumps(source), "--settings", json.dumps(settings), "--out", str(out)]
+    return ["eval", "--source", json.dumps(source), "--settings", json.dumps(settings), "--out", str(out)]
 
 
 @pytest.fixture(scope="module")

@@ -266,8 +266,8 @@ def test_bad_configs_are_rejected_naming_the_key(path, value, message):
 
 
 def test_workflow_dataset_command_prepares_registry_data_with_paper_prompts(tmp_path, monkeypatch):
-    """`hacpo dataset` (the prepare_data rule) on a registry fixture: normalised records, the paper's prompt,
-    a manifest entry with the pinned source; the canonical count is enforced unless the config opts out."""
+    """`hacpo data --spec` (the prepare_data rule) on a registry fixture: normalised records, the paper's
+    prompt, a manifest entry with the pinned source; the canonical count holds unless the config opts out."""
     import json
 
     from hacpo.cli import main
@@ -275,7 +275,7 @@ def test_workflow_dataset_command_prepares_registry_data_with_paper_prompts(tmp_
     monkeypatch.chdir(tmp_path)
     fixture = ROOT / "tests" / "data" / "datasets" / "gsm8k_test.jsonl"
     spec = {"registry": "gsm8k", "file": str(fixture)}
-    args = ["dataset", "--name", "gsm8k", "--out", "d/gsm8k.jsonl", "--manifest", "d/gsm8k.manifest.json"]
+    args = ["data", "--name", "gsm8k", "--out", "d/gsm8k.jsonl", "--manifest", "d/gsm8k.manifest.json"]
     assert main([*args, "--spec", json.dumps(spec), "--offline"]) == 2  # a fixture is not 1,319 problems
     assert not (tmp_path / "d" / "gsm8k.jsonl").exists()
     assert main([*args, "--spec", json.dumps({**spec, "check_count": False}), "--offline"]) == 0

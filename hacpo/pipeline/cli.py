@@ -1,4 +1,5 @@
-"""Workflow-facing commands: ``dataset``, ``manifest``, ``evaluate``, ``plan`` (thin; logic elsewhere)."""
+"""Workflow-facing commands: ``manifest``, ``rescore``, ``profiles``, ``plan``, and the workflow forms of
+``hacpo data --spec`` and ``hacpo eval --source/--settings`` (thin; logic elsewhere)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import yaml
 from hacpo.runio import RunRecord, json_arg, sha256_file
 
 
-def cmd_dataset(args) -> int:
-    """One workflow dataset file: synthetic problems, or a registry dataset (local file → cache → Hub)."""
+def write_dataset(args) -> int:
+    """``hacpo data --spec``: one workflow dataset file, synthetic problems or a registry dataset (local file
+    → cache → Hub), and its manifest entry."""
     from hacpo.runio import atomic_write_json
 
     spec = json_arg(args.spec, "--spec")
@@ -38,7 +40,8 @@ def cmd_dataset(args) -> int:
             prompt_style="paper",
         )
         entry = {"kind": "registry", **entry}
-    entry = {"name": args.name, **entry, "file": args.out, "sha256": sha256_file(args.out)}
+    name = args.name or Path(args.out).name.removesuffix(".gz").removesuffix(".jsonl")
+    entry = {"name": name, **entry, "file": args.out, "sha256": sha256_file(args.out)}
     atomic_write_json(args.manifest, entry)
     print(json.dumps(entry))
     return 0
@@ -51,18 +54,19 @@ def cmd_manifest(args) -> int:
     return 0
 
 
-def cmd_evaluate(args) -> int:
+def evaluate_setting_job(args) -> int:
+    """``hacpo eval --source --settings``: every benchmark of one evaluation setting for one checkpoint."""
     from hacpo.eval import evaluate_setting, resolve_source
 
+    if args.engine != "local":
+        raise ValueError(
+            f"engine {args.engine!r}: vLLM generation comes with the GPU engine (issue 10); use engine: local"
+        )
     source, settings = json_arg(args.source, "--source"), json_arg(args.settings, "--settings")
     for name, b in settings["benchmarks"].items():
         if not Path(b["file"]).is_file():
             raise FileNotFoundError(f"benchmark {name}: {b['file']} does not exist (prepare the data first)")
     path = resolve_source(source)
-    if args.engine != "local":
-        raise ValueError(
-            f"engine {args.engine!r}: vLLM generation comes with the GPU engine (issue 6); use engine: local"
-        )
     from hacpo.eval.local import LocalGenerator
 
     gen = LocalGenerator(path, device=args.device, threads=args.threads)
@@ -141,32 +145,10 @@ def cmd_plan(args) -> int:
 
 
 def add_cli(sub) -> None:
-    d = sub.add_parser("dataset", help="write one workflow dataset file (+ its manifest entry)")
-    d.add_argument("--name", required=True)
-    d.add_argument(
-        "--spec", required=True, help="JSON (or @file): {synthetic: {...}} or {registry: NAME, file: …}"
-    )
-    d.add_argument("--out", required=True)
-    d.add_argument("--manifest", required=True)
-    d.add_argument("--cache", default=None, help="directory of downloaded dataset files")
-    d.add_argument("--offline", action="store_true", help="never download from the Hub")
-    d.set_defaults(func=cmd_dataset)
-
     m = sub.add_parser("manifest", help="merge per-dataset manifest entries")
     m.add_argument("--out", required=True)
     m.add_argument("inputs", nargs="+")
     m.set_defaults(func=cmd_manifest)
-
-    e = sub.add_parser("evaluate", help="evaluate one checkpoint on every benchmark of an evaluation setting")
-    e.add_argument("--source", required=True, help='JSON: {"model": PATH} or {"run": DIR, "agent": NAME}')
-    e.add_argument("--settings", required=True, help="JSON (or @file) from Pipeline.eval_settings")
-    e.add_argument("--out", required=True, help="output directory (summary.json is written last)")
-    e.add_argument("--engine", default="local", choices=["local", "openrlhf"])
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--device", default="auto")
-    e.add_argument("--threads", type=int, default=1)
-    e.add_argument("--scorer-workers", type=int, help="math-verify processes (default: the setting)")
-    e.set_defaults(func=cmd_evaluate)
 
     r = sub.add_parser("rescore", help="score saved responses again (no generation) against a benchmark file")
     r.add_argument("--samples", required=True, help="<bench>.samples.jsonl written by evaluate")

@@ -209,7 +209,7 @@ class Pipeline:
         return data + (self.model_inputs(model) if run is None else [run.done])
 
     def eval_settings(self, setting: str) -> dict:
-        """Generation + benchmark settings of one evaluation job (what ``hacpo evaluate`` reads)."""
+        """Generation + benchmark settings of one evaluation job (what ``hacpo eval --settings`` reads)."""
         s = self.cfg.eval_settings[setting]
         return {
             "max_new_tokens": s.max_new_tokens,

@@ -13,7 +13,7 @@ rule prepare_data:
     params:
         spec=dataset_spec,
     shell:
-        "hacpo dataset --name {wildcards.dataset} --spec {params.spec:q} --out {output.data}"
+        "hacpo data --name {wildcards.dataset} --spec {params.spec:q} --out {output.data}"
         " --manifest {output.manifest} > {log} 2>&1"
 
 

@@ -20,7 +20,7 @@ rule evaluate:
         settings=eval_settings,
         engine=PIPE.cfg.engine,
     shell:
-        "hacpo evaluate --source {params.source:q} --settings {params.settings:q} --engine {params.engine}"
+        "hacpo eval --source {params.source:q} --settings {params.settings:q} --engine {params.engine}"
         " --out results/eval/{wildcards.setting}/{wildcards.target} > {log} 2>&1"
 
 
