@@ -139,6 +139,9 @@ def cmd_plan(args) -> int:
     )
     for key, n in sorted(by.items()):
         print(f"  {key:32s} {n}")
+    print(f"{len(pipe.cfg.pairs)} pairs")
+    for name, pair in pipe.cfg.pairs.items():
+        print(f"  {name:32s} {' + '.join(pair.agents)}  ({pair.heterogeneity or 'heterogeneity not stated'})")
     evals = sorted({f for t in pipe.cfg.tables for f in pipe.table(t)[0] if "/eval/" in f})
     print(f"{len(evals)} evaluation jobs; {len(pipe.cfg.tables)} tables; {len(pipe.cfg.figures)} figures")
     return 0

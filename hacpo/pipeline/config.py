@@ -129,7 +129,9 @@ class PaperRef(_Strict):
 
 class Pair(_Strict):
     agents: list[Id] = Field(min_length=2)
-    heterogeneity: Literal["state", "size", "model"]
+    # What differs between the agents (the paper's three settings): a description that `hacpo plan` prints;
+    # no computation depends on it.
+    heterogeneity: Literal["state", "size", "model"] | None = None
     hacpo: PairHyper = PairHyper()
     gpus: int = Field(0, ge=0)
     train: TrainOverrides
