@@ -175,7 +175,7 @@ def _bad(path: str, value):
     *parents, last = path.split(".")
     node = cfg
     for key in parents:
-        node = node[int(key)] if isinstance(node, list) else node[key]
+        node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
     if value is None:
         del node[last]
     elif isinstance(node, list):
@@ -206,6 +206,19 @@ BAD = [
         "pairs.mixed.heterogeneity: Input should be 'state', 'size' or 'model'",
     ),
     ("training.learning_rate", 1e-3, "training: unknown training key(s) ['learning_rate']"),
+    ("training.alpha", 2.0, "training: ['alpha']: HACPO's hyper-parameters are set per pair"),
+    ("methods.fast", {"method": "naive", "train": {"alpha": 2.0}}, "method 'naive' does not read ['alpha']"),
+    (
+        "methods.fast",
+        {"method": "hacpo", "train": {"alpha": -1}},
+        "methods.fast: train.alpha: alpha=-1.0 must be ≥ 0",
+    ),
+    (
+        "benchmarks.ci_test.sampling",
+        {"greedy": True, "k": 4},
+        "benchmarks.ci_test.sampling: greedy decoding gives one answer per problem",
+    ),
+    ("benchmarks.ci_test_k4.sampling.top_p", 1.5, "benchmarks.ci_test_k4.sampling: top_p must be in (0, 1]"),
     ("training.out_dir", "x", "training: unknown training key(s) ['out_dir']"),
     ("models.llama.hub", "meta-llama/Llama-3.2-1B", "models.llama: give exactly one of `hub:`"),
     ("models.Llama", {"hub": "x"}, "models.Llama.[key]: String should match pattern"),

@@ -5,9 +5,10 @@ vLLM behind the same :class:`Generator` protocol, so tables do not care which en
 """
 
 from .metrics import avg_at_k, pass_at_k, summarize
-from .run import Sampling, evaluate, evaluate_setting, rescore, resolve_source
+from .run import Decoding, Sampling, evaluate, evaluate_setting, rescore, resolve_source
 
 __all__ = [
+    "Decoding",
     "Sampling",
     "avg_at_k",
     "evaluate",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from hacpo.reward import Scorer, extract_boxed
@@ -14,16 +14,16 @@ from .metrics import summarize
 
 
 @dataclass(frozen=True)
-class Sampling:
-    """Generation settings. Greedy means k = 1 (temperature is then ignored)."""
+class Decoding:
+    """How answers are drawn: greedy (one answer per problem) or k samples at a temperature and top-p.
+
+    The one type (and the one check) for decoding: workflow configs use it for ``benchmarks.<b>.sampling``
+    (errors then name that key), evaluation for every benchmark."""
 
     greedy: bool = True
     k: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 13
-    prompt_style: str = "compact"
-    seed: int = 0
 
     def __post_init__(self):
         if self.k < 1:
@@ -32,6 +32,24 @@ class Sampling:
             raise ValueError(
                 "greedy decoding gives one answer per problem: use k=1, or greedy=False to sample k"
             )
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class Sampling(Decoding):
+    """Decoding plus the generation settings of an evaluation (token budget, prompt style, seed)."""
+
+    max_new_tokens: int = 13
+    prompt_style: str = "compact"
+    seed: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be ≥ 1, got {self.max_new_tokens}")
 
 
 def read_benchmark(path: str | Path, limit: int | None = None) -> list[dict]:
@@ -130,10 +148,7 @@ def _evaluate_setting(generator, settings: dict, out_dir: Path, seed: int, score
     results = {}
     for name, b in settings["benchmarks"].items():
         sampling = Sampling(
-            greedy=b.get("greedy", True),
-            k=b.get("k", 1),
-            temperature=b.get("temperature", 1.0),
-            top_p=b.get("top_p", 1.0),
+            **{f.name: b[f.name] for f in fields(Decoding) if f.name in b},
             max_new_tokens=settings["max_new_tokens"],
             prompt_style=settings.get("prompt_style", "compact"),
             seed=seed,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hacpo.algo import HACPO_KNOBS, get_method
 from hacpo.config import Alpha, CrossClipLow, DeltaStep
+from hacpo.eval.run import Decoding
 
 ID = r"^[a-z][a-z0-9_]*$"  # keys that become wildcard values and path parts
 Id = Annotated[str, Field(pattern=ID)]
@@ -171,20 +172,11 @@ class MethodEntry(_Strict):
         unread = sorted(k for k in hyper if not method.reads(k))
         if unread:
             raise ValueError(f"train: method {self.method!r} does not read {unread}")
-        PairHyper.model_validate(hyper)  # each value through the same check as everywhere
-        return self
-
-
-class Sampling(_Strict):
-    greedy: bool = True
-    k: int = Field(1, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-
-    @model_validator(mode="after")
-    def _greedy_k(self):
-        if self.greedy and self.k != 1:
-            raise ValueError("greedy decoding gives one answer per problem: set greedy: false to sample k")
+        try:
+            PairHyper.model_validate(hyper)  # each value through the same check as everywhere
+        except ValidationError as err:
+            msgs = [f"train.{e['loc'][0]}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors()]
+            raise ValueError("; ".join(msgs)) from None
         return self
 
 
@@ -192,7 +184,7 @@ class Benchmark(_Strict):
     dataset: Id
     label: str | None = None
     metric: str = Field("avg@1", pattern=r"^(avg|pass)@\d+$")
-    sampling: Sampling = Sampling()
+    sampling: Decoding = Decoding()  # the evaluation's own type: one check of greedy/k/temperature/top_p
     paper: str | None = None  # paper benchmark key (math500, aime2025, …)
     also_pass_at: list[int] = []  # extra unbiased pass@k in the summary (e.g. AIME's "best@30" reading)
     note: str | None = None

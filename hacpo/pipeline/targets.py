@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cached_property
 
 from .config import PipelineConfig, alpha_variant, load_pipeline_config
@@ -220,7 +220,7 @@ class Pipeline:
                     "file": self.dataset_file(self.cfg.benchmarks[b].dataset),
                     "metric": self.cfg.benchmarks[b].metric,
                     "pass_ks": self.cfg.benchmarks[b].also_pass_at,
-                    **self.cfg.benchmarks[b].sampling.model_dump(),
+                    **asdict(self.cfg.benchmarks[b].sampling),
                 }
                 for b in self.cfg.benchmarks_of(setting)
             },
