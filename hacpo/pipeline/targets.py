@@ -262,6 +262,21 @@ class Pipeline:
         p = self.cfg.pairs[pair]
         return p.paper.models[p.agents.index(model)] if p.paper else None
 
+    def _model_row(
+        self, pair: str, model: str, evals: dict[str, list[str]], method: str | None = None
+    ) -> dict:
+        """One table row of a model in a pair's block (accuracy, seeds and α tables): labels, paper keys and
+        the eval files per column (one file per seed)."""
+        row = {
+            **self._block(pair),
+            "model": model,
+            "model_label": self.cfg.models[model].label or model,
+            "paper_model": self._paper_model(pair, model),
+        }
+        if method is not None:
+            row |= {"method": method, "label": self.label(method), "paper_method": self.paper_method(method)}
+        return row | {"evals": evals}
+
     def _common(self, name: str, spec, kind: str) -> dict:
         return {
             "table": name,
@@ -302,18 +317,8 @@ class Pipeline:
                         for s in (seeds[:1] if method == "base" else seeds)
                     ]
                     files += [self.eval_summary(t.eval, x) for x in targets]
-                    rows.append(
-                        {
-                            **self._block(pair),
-                            "model": model,
-                            "model_label": self.cfg.models[model].label or model,
-                            "paper_model": self._paper_model(pair, model),
-                            "method": method,
-                            "label": self.label(method),
-                            "paper_method": self.paper_method(method),
-                            "evals": {b: [self.eval_file(t.eval, x, b) for x in targets] for b in benches},
-                        }
-                    )
+                    evals = {b: [self.eval_file(t.eval, x, b) for x in targets] for b in benches}
+                    rows.append(self._model_row(pair, model, evals, method))
         extra = {"compare_to": t.compare_to} if t.compare_to else {}
         return files, {
             "columns": self._bench_columns(benches),
@@ -356,20 +361,8 @@ class Pipeline:
             for method in t.methods:
                 targets = {s: self.target(method, t.pair, model, s) for s in t.seeds}
                 files += [self.eval_summary(t.eval, x) for x in targets.values()]
-                rows.append(
-                    {
-                        **self._block(t.pair),
-                        "model": model,
-                        "model_label": self.cfg.models[model].label or model,
-                        "paper_model": self._paper_model(t.pair, model),
-                        "method": method,
-                        "label": self.label(method),
-                        "paper_method": self.paper_method(method),
-                        "evals": {
-                            str(s): [self.eval_file(t.eval, x, t.benchmark)] for s, x in targets.items()
-                        },
-                    }
-                )
+                evals = {str(s): [self.eval_file(t.eval, x, t.benchmark)] for s, x in targets.items()}
+                rows.append(self._model_row(t.pair, model, evals, method))
         metric = self.cfg.benchmarks[t.benchmark].metric
         cols = [
             {"key": str(s), "label": f"seed {s}", "paper": f"acc_seed{s}", "metric": metric} for s in t.seeds
@@ -388,15 +381,7 @@ class Pipeline:
                     targets = [self.target(method, pair, model, s) for s in seeds]
                     files += [self.eval_summary(t.eval, x) for x in targets]
                     evals[f"{a:g}"] = [self.eval_file(t.eval, x, t.benchmark) for x in targets]
-                rows.append(
-                    {
-                        **self._block(pair),
-                        "model": model,
-                        "model_label": self.cfg.models[model].label or model,
-                        "paper_model": self._paper_model(pair, model),
-                        "evals": evals,
-                    }
-                )
+                rows.append(self._model_row(pair, model, evals))
         metric = self.cfg.benchmarks[t.benchmark].metric
         cols = [
             {"key": f"{a:g}", "label": f"α = {a:g}", "paper_method": m, "metric": metric}
