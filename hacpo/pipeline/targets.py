@@ -97,6 +97,7 @@ class Pipeline:
     def __init__(self, config: dict | PipelineConfig, base_dir: str | None = None):
         self.cfg = config if isinstance(config, PipelineConfig) else load_pipeline_config(config)
         self.base_dir = base_dir  # where relative config paths (warm-up spec files) resolve if not in cwd
+        self._noted: set[Run] = set()  # runs the table and figure builders asked for (see ``runs``)
 
     # --------------------------------------------------------------------------------------- files
     @staticmethod
@@ -146,8 +147,13 @@ class Pipeline:
         """Evaluation target of a table cell: ``base/<model>`` or the run's final checkpoint of ``model``."""
         if method == "base":
             return f"base/{model}"
-        r = self.run(method, pair, model, seed)
+        r = self._needed(self.run(method, pair, model, seed))
         return f"{r.kind}/{r.group}/{r.method}/seed{seed}" + (f"/{model}" if r.kind == "joint" else "")
+
+    def _needed(self, run: Run) -> Run:
+        """Note that a table or figure reads ``run`` (:attr:`runs`: every run noted while building them)."""
+        self._noted.add(run)
+        return run
 
     def run_of_target(self, target: str) -> tuple[Run | None, str]:
         """``(run, model)`` of an evaluation target (run is None for base models)."""
@@ -353,7 +359,7 @@ class Pipeline:
             {**common, "label": "s_homo (own samples)", "stat": "s_homo"},
             {**common, "label": "s_hete (cross samples)", "stat": "s_hete"},
         ]
-        return [r.done for r in runs], {"rows": rows}
+        return [self._needed(r).done for r in runs], {"rows": rows}
 
     def _table_seeds(self, t) -> tuple[list[str], dict]:
         files, rows = [], []
@@ -400,7 +406,7 @@ class Pipeline:
             else:
                 runs = [Run("single", a, method, s) for a in agents for s in seeds]
                 row["profiles"] = {a: [r.profile for r in runs if r.group == a] for a in agents}
-            files += [r.done for r in runs]
+            files += [self._needed(r).done for r in runs]
             rows.append(row)
         cols = [
             {"key": a, "label": self.cfg.models[a].label or a, "paper_model": self._paper_model(pair, a)}
@@ -419,7 +425,7 @@ class Pipeline:
                 lines = []
                 for method in f.methods:
                     runs = [self.run(method, pair, model, s) for s in seeds]
-                    files += [r.done for r in runs]
+                    files += [self._needed(r).done for r in runs]
                     lines.append(
                         {
                             "label": self.label(method),
@@ -442,24 +448,14 @@ class Pipeline:
     # -------------------------------------------------------------------------------------- targets
     @cached_property
     def runs(self) -> list[Run]:
-        """Every run some table or figure needs (each once, however many tables share it)."""
-        runs = set()
+        """Every run some table or figure needs (each once, however many tables share it): the runs their
+        builders asked for, not paths parsed back."""
+        self._noted = set()
         for name in self.cfg.tables:
-            for f in self.table(name)[0]:
-                runs |= self._runs_behind(f)
+            self.table(name)
         for name in self.cfg.figures:
-            for f in self.figure(name)[0]:
-                runs |= self._runs_behind(f)
-        return sorted(runs)
-
-    def _runs_behind(self, file: str) -> set[Run]:
-        if file.endswith("done.json"):
-            kind, group, method, seed = file.split("/")[2:6]
-            return {Run(kind, group, method, int(seed.removeprefix("seed")))}
-        if file.startswith(f"{R}/eval/"):
-            run, _ = self.run_of_target("/".join(file.split("/")[3:-1]))
-            return {run} if run else set()
-        return set()
+            self.figure(name)
+        return sorted(self._noted)
 
     def final_targets(self) -> list[str]:
         files = [f for name in [*self.cfg.tables, *self.cfg.figures] for f in self.named_target(name)]
