@@ -103,9 +103,14 @@ class TrainConfig(BaseModel):
             k for k in (*HACPO_KNOBS, *VARIANT_KNOBS) if getattr(self, k) is not None and not base.reads(k)
         ]
         if unread:
+            why = (
+                "α, 1−δ and δ_step apply to HACPO losses only"
+                if set(unread) & set(HACPO_KNOBS)
+                else "each variant knob applies to one method; see `hacpo methods`"
+            )
             raise ValueError(
                 f"method {self.method!r} does not read {', '.join(unread)}: remove "
-                f"{'it' if len(unread) == 1 else 'them'} (HACPO's α, 1−δ, δ_step apply to HACPO losses only)"
+                f"{'it' if len(unread) == 1 else 'them'} ({why})"
             )
         method = self.resolved_method()
         names = [a.name for a in self.agents]
