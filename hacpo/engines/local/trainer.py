@@ -241,6 +241,8 @@ class LocalTrainer:
                 self.validation.truncate_to(start)
                 self.validate(start)
         self._write_run_json("running", start)
+        if start:
+            self._prune_checkpoints(start)
         return start
 
     def _validation_due(self, done: int) -> bool:
@@ -284,16 +286,17 @@ class LocalTrainer:
                     tmp / "trainer_state.pt",
                 )
         self._write_run_json("running", step)
-        for agent in self.agents:
-            self._prune_checkpoints(agent.name, step)
+        self._prune_checkpoints(step)
 
-    def _prune_checkpoints(self, name: str, newest: int) -> None:
-        periodic = sorted(
-            int(p.name.split("-")[1]) for p in (self.out / "checkpoints" / name).glob("step-*") if p.is_dir()
-        )
-        for s in periodic[: -self.cfg.keep_checkpoints]:
-            if s != newest:
-                shutil.rmtree(self.out / "checkpoints" / name / f"step-{s}", ignore_errors=True)
+    def _prune_checkpoints(self, newest: int) -> None:
+        """Keep each agent's ``keep_checkpoints`` newest checkpoints, and always step ``newest`` (the one
+        run.json records). Also run on resume: a kill between run.json and pruning leaves extra ones."""
+        for agent in self.agents:
+            folder = self.out / "checkpoints" / agent.name
+            periodic = sorted(int(p.name.split("-")[1]) for p in folder.glob("step-*") if p.is_dir())
+            for s in periodic[: -self.cfg.keep_checkpoints]:
+                if s != newest:
+                    shutil.rmtree(folder / f"step-{s}", ignore_errors=True)
 
     def _load_checkpoint(self, step: int) -> None:
         from transformers import AutoModelForCausalLM
