@@ -20,7 +20,7 @@ import platform
 import shutil
 import tempfile
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -133,9 +133,7 @@ def sweep_temporaries(root: str | Path) -> int:
     """Remove what interrupted atomic writes left below ``root`` (the hidden ``.<name>.*.tmp`` / ``.old``
     siblings of :func:`atomic_write_bytes` and :func:`atomic_dir`); returns how many were removed. Call it
     only while holding :func:`run_lock`: a live writer's temporaries look the same."""
-    found = [
-        p for p in Path(root).rglob(".*") if p.name.startswith(".") and p.name.endswith((".tmp", ".old"))
-    ]
+    found = [p for p in Path(root).rglob(".*") if p.name.endswith((".tmp", ".old"))]
     for p in found:
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
@@ -199,7 +197,8 @@ class RunRecord:
             return None
         data = _json_object(path.read_text(), str(path))
         known = {f.name for f in fields(cls)}
-        missing = sorted({"status", "step", "config_hash", "config", "engine"} - data.keys())
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing = sorted(required - data.keys())
         if missing:
             raise ValueError(f"{path}: not a run record (missing {missing}); was it written by hacpo?")
         return cls(

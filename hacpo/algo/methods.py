@@ -73,7 +73,7 @@ class Method:
             if knob not in VARIANT_KNOBS:
                 raise ValueError(f"unknown variant knob {knob!r}; known: {sorted(VARIANT_KNOBS)}")
             spec = VARIANT_KNOBS[knob]
-            if self.name not in spec["methods"]:
+            if not self.reads(knob):
                 raise ValueError(f"{knob} applies to {', '.join(spec['methods'])} only, not {self.name!r}")
             if value not in spec["values"]:
                 raise ValueError(f"{knob}={value!r}; choose one of {sorted(spec['values'])}")
