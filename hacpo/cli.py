@@ -9,6 +9,7 @@ message naming the problem, before any model is built.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -96,16 +97,21 @@ def cmd_train(args) -> int:
     cfg = load_train_config(args.config, **_parse_sets(args.set))
     if args.progress:
         cfg = cfg.model_copy(update={"progress": True})
-    if args.engine != "local":
-        raise ValueError(
-            f"engine {args.engine!r}: the OpenRLHF engine arrives with issue 10; run the CPU engine (local)"
-        )
-    from hacpo.engines.local import train
+    if args.engine == "openrlhf":
+        from hacpo.engines.openrlhf import train
+        from hacpo.engines.openrlhf.options import OpenRLHFOptions
+
+        opts = cfg.openrlhf or OpenRLHFOptions()
+        if opts.gpus_per_node is None:
+            raise ValueError("the OpenRLHF engine needs `openrlhf: {gpus_per_node: N}` in the run config")
+        engine_train = functools.partial(train, opts=opts)
+    else:
+        from hacpo.engines.local import train as engine_train
     from hacpo.runio import atomic_write_json
 
     if args.marker:
         _supersede(cfg)
-    run = train(cfg)
+    run = engine_train(cfg)
     summary = {
         "status": run.status,
         "step": run.step,
@@ -132,10 +138,7 @@ def cmd_eval(args) -> int:
         return evaluate_setting_job(args)
     if not args.checkpoint or not args.benchmark:
         raise ValueError("give --checkpoint and --benchmark (or --source and --settings)")
-    if args.engine != "local":
-        raise ValueError(f"engine {args.engine!r}: only the local engine evaluates checkpoint files for now")
     from hacpo.eval import Sampling, evaluate
-    from hacpo.eval.local import LocalGenerator
 
     sampling = Sampling(
         greedy=not args.sample,
@@ -151,7 +154,14 @@ def cmd_eval(args) -> int:
             raise ValueError(f"benchmark file {b!r} does not exist")
     if not (Path(args.checkpoint) / "config.json").is_file():
         raise ValueError(f"{args.checkpoint!r} is not a Hugging Face checkpoint directory (no config.json)")
-    gen = LocalGenerator(args.checkpoint, device=args.device, threads=args.threads)
+    if args.engine == "vllm":
+        from hacpo.eval.vllm import VLLMGenerator
+
+        gen = VLLMGenerator(args.checkpoint, seed=args.seed)
+    else:
+        from hacpo.eval.local import LocalGenerator
+
+        gen = LocalGenerator(args.checkpoint, device=args.device, threads=args.threads)
     for b in args.benchmark:
         prefix = Path(args.out) / Path(b).stem
         workers = args.scorer_workers or 0
@@ -221,7 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     w = e.add_argument_group("one workflow evaluation job (the evaluate rule)")
     w.add_argument("--source", help='JSON: {"model": PATH} or {"run": DIR, "agent": NAME}')
     w.add_argument("--settings", help="JSON (or @file) from Pipeline.eval_settings")
-    w.add_argument("--engine", default="local", choices=["local", "openrlhf"])
+    e.add_argument(
+        "--engine", default="local", choices=["local", "vllm"], help="generation backend (vllm: GPUs)"
+    )
     e.add_argument("--sample", action="store_true", help="sample k responses instead of greedy decoding")
     e.add_argument("--k", type=int, default=1)
     e.add_argument("--temperature", type=float, default=1.0)
@@ -240,7 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--seeds", type=int, nargs="+", default=[0])
     m.add_argument("--steps", type=int, default=30)
     m.set_defaults(func=cmd_demo)
-    for module in ("hacpo.pipeline.cli", "hacpo.data.prepare", "hacpo.report.cli", "hacpo.worker"):
+    for module in (
+        "hacpo.pipeline.cli",
+        "hacpo.data.prepare",
+        "hacpo.report.cli",
+        "hacpo.worker",
+        "hacpo.engines.openrlhf.ray_cluster",
+    ):
         importlib.import_module(module).add_cli(sub)
     return p
 

@@ -24,6 +24,7 @@ from pydantic import (
 
 from hacpo.algo import HACPO_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
+from hacpo.engines.openrlhf.options import OpenRLHFOptions
 
 # α, 1−δ and δ_step, each validated by the one check the loss itself runs (errors name the config key).
 Alpha = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "alpha"))]
@@ -89,6 +90,8 @@ class TrainConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     scorer_workers: int = Field(0, ge=0)
     progress: bool = False
+    # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
+    openrlhf: OpenRLHFOptions | None = None
 
     @field_validator("method")
     @classmethod
@@ -136,7 +139,7 @@ class TrainConfig(BaseModel):
 
     def config_hash(self) -> str:
         """Identity of a run's maths: equal hashes resume each other; runtime knobs are left out."""
-        keep = self.model_dump(exclude={"progress", "threads", "scorer_workers", "device"})
+        keep = self.model_dump(exclude={"progress", "threads", "scorer_workers", "device", "openrlhf"})
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
     def check_paths(self) -> None:

@@ -136,7 +136,6 @@ def test_pass_at_k_and_summary_by_hand():
         (["eval", "--out", "x"], "give --checkpoint and --benchmark"),
         (["eval", "--out", "x", "--source", "{}"], "needs both --source and --settings"),
         (["eval", "--out", "x", "--checkpoint", "c", "--source", "{}", "--settings", "{}"], "not both"),
-        (["eval", "--out", "x", "--source", "{}", "--settings", "{}", "--engine", "openrlhf"], "issue 10"),
     ],
 )
 def test_one_command_per_job_refuses_mixed_forms(argv, message, capsys):
@@ -145,3 +144,15 @@ def test_one_command_per_job_refuses_mixed_forms(argv, message, capsys):
 
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_vllm_evaluation_without_vllm_says_how_to_install(tmp_path, capsys):
+    from hacpo.cli import main
+
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    bench = tmp_path / "b.jsonl"
+    bench.write_text('{"problem": "1+1", "answer": "2"}\n')
+    argv = ["eval", "--checkpoint", str(tmp_path / "ckpt"), "--benchmark", str(bench), "--out", str(tmp_path)]
+    assert main([*argv, "--engine", "vllm"]) == 2
+    assert "EXTRAS=dev,gpu" in capsys.readouterr().err

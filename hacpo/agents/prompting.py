@@ -19,15 +19,20 @@ from hacpo.reward import extract_boxed
 Judge = Callable[[Sequence[str], Sequence[str]], Sequence[float]]
 
 
-def prompt_ids(tokenizer, problem: Problem, style: str) -> list[int]:
-    """The learner's templated prompt (BOS/role markers from the chat template), no extra specials."""
-    text = tokenizer.apply_chat_template(
+def prompt_text(tokenizer, problem: Problem, style: str) -> str:
+    """The learner's templated prompt as text: one user turn, the generation prompt, Qwen3 thinking off."""
+    return tokenizer.apply_chat_template(
         [{"role": "user", "content": user_message(problem, style)}],
         add_generation_prompt=True,
         tokenize=False,
         enable_thinking=False,  # Qwen3 hybrid models: the paper disables thinking; other templates ignore it
     )
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def prompt_ids(tokenizer, problem: Problem, style: str) -> list[int]:
+    """The learner's templated prompt (BOS/role markers from the chat template), no extra specials; what
+    OpenRLHF's rollout actors make of :func:`prompt_text` too (``add_special_tokens=False``)."""
+    return tokenizer(prompt_text(tokenizer, problem, style), add_special_tokens=False)["input_ids"]
 
 
 def exact_boxed_match(responses: Sequence[str], golds: Sequence[str]) -> list[float]:

@@ -58,18 +58,19 @@ def evaluate_setting_job(args) -> int:
     """``hacpo eval --source --settings``: every benchmark of one evaluation setting for one checkpoint."""
     from hacpo.eval import evaluate_setting, resolve_source
 
-    if args.engine != "local":
-        raise ValueError(
-            f"engine {args.engine!r}: vLLM generation comes with the GPU engine (issue 10); use engine: local"
-        )
     source, settings = json_arg(args.source, "--source"), json_arg(args.settings, "--settings")
     for name, b in settings["benchmarks"].items():
         if not Path(b["file"]).is_file():
             raise FileNotFoundError(f"benchmark {name}: {b['file']} does not exist (prepare the data first)")
     path = resolve_source(source)
-    from hacpo.eval.local import LocalGenerator
+    if args.engine == "vllm":
+        from hacpo.eval.vllm import VLLMGenerator
 
-    gen = LocalGenerator(path, device=args.device, threads=args.threads)
+        gen = VLLMGenerator(path, seed=args.seed, **settings.get("vllm", {}))
+    else:
+        from hacpo.eval.local import LocalGenerator
+
+        gen = LocalGenerator(path, device=args.device, threads=args.threads)
     workers = settings.get("scorer_workers", 0) if args.scorer_workers is None else args.scorer_workers
     results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=workers)
     print(json.dumps({k: v["value"] for k, v in results.items()}))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hacpo.algo import HACPO_KNOBS, get_method
 from hacpo.config import Alpha, CrossClipLow, DeltaStep
+from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.eval.run import Decoding
 
 ID = r"^[a-z][a-z0-9_]*$"  # keys that become wildcard values and path parts
@@ -290,6 +291,7 @@ class ReportSettings(_Strict):
 
 class PipelineConfig(_Strict):
     engine: Literal["local", "openrlhf"] = "local"
+    openrlhf: OpenRLHFOptions = OpenRLHFOptions()  # engine: openrlhf only (GPUs per run: models/pairs `gpus`)
     seeds: list[int] = Field(min_length=1)
     train_data: Id
     val_data: Id | None = None
@@ -344,6 +346,15 @@ class PipelineConfig(_Strict):
         for name, p in self.pairs.items():
             for i, a in enumerate(p.agents):
                 need(f"pairs.{name}.agents.{i}", a, self.models, "model")
+        if self.engine == "openrlhf":
+            nodes = self.openrlhf.nodes
+            for what, group in (("models", self.models), ("pairs", self.pairs)):
+                for name, g in group.items():
+                    if g.gpus < 1 or g.gpus % nodes:
+                        errs.append(
+                            f"{what}.{name}.gpus: the OpenRLHF engine needs a positive multiple of "
+                            f"openrlhf.nodes={nodes}, got {g.gpus}"
+                        )
         for name, b in self.benchmarks.items():
             need(f"benchmarks.{name}.dataset", b.dataset, self.datasets, "dataset")
         for name, e in self.eval_settings.items():

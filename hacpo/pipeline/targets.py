@@ -188,7 +188,12 @@ class Pipeline:
     def train_config(self, run: Run) -> dict:
         """The ``hacpo train`` run config (see :class:`hacpo.config.TrainConfig`)."""
         cfg = self.cfg
+        engine = {}
+        if cfg.engine == "openrlhf":  # the GPU split is the run's `gpus` over openrlhf.nodes
+            opts = cfg.openrlhf.model_dump(exclude={"eval"}, exclude_none=True)
+            engine["openrlhf"] = {**opts, "gpus_per_node": self.gpus(run) // cfg.openrlhf.nodes}
         return {
+            **engine,
             **self.train_settings(run),
             "method": cfg.registry_method(run.method).name,
             "agents": [{"name": a, "path": self.model_path(a)} for a in self.run_agents(run)],
@@ -217,7 +222,13 @@ class Pipeline:
     def eval_settings(self, setting: str) -> dict:
         """Generation + benchmark settings of one evaluation job (what ``hacpo eval --settings`` reads)."""
         s = self.cfg.eval_settings[setting]
+        engine = {}
+        if self.cfg.engine == "openrlhf":
+            longest_prompt = self.cfg.openrlhf.max_prompt_tokens
+            vllm = self.cfg.openrlhf.eval.model_dump()
+            engine["vllm"] = {**vllm, "max_model_len": longest_prompt + s.max_new_tokens}
         return {
+            **engine,
             "max_new_tokens": s.max_new_tokens,
             "prompt_style": s.prompt_style,
             "scorer_workers": s.scorer_workers,
@@ -240,8 +251,21 @@ class Pipeline:
         return {"run": run.dir, "agent": model}
 
     def eval_gpus(self, target: str) -> int:
-        """Evaluation generates with one model at a time: that model's GPU count."""
+        """Evaluation generates with one model at a time: that model's GPU count (vLLM: its tensor-parallel
+        size)."""
+        if self.cfg.engine == "openrlhf":
+            return self.cfg.openrlhf.eval.tensor_parallel_size
         return self.cfg.models[self.run_of_target(target)[1]].gpus
+
+    @property
+    def eval_engine(self) -> str:
+        """``hacpo eval --engine``: vLLM for the GPU engine's configs, else the local generator."""
+        return "vllm" if self.cfg.engine == "openrlhf" else "local"
+
+    @property
+    def conda_env(self) -> str:
+        """The rules' conda environment file (relative to workflow/rules) for this config's engine."""
+        return "../../envs/hacpo-gpu.yaml" if self.cfg.engine == "openrlhf" else "../../envs/hacpo-cpu.yaml"
 
     # --------------------------------------------------------------------------------- tables/figures
     def seeds(self, spec) -> list[int]:

@@ -12,13 +12,13 @@ rule evaluate:
     benchmark:
         "results/benchmarks/eval/{setting}/{target}.tsv"
     conda:
-        "../../envs/hacpo-cpu.yaml"
+        PIPE.conda_env
     resources:
         gpu=eval_gpus,
     params:
         source=eval_source,
         settings=eval_settings,
-        engine=PIPE.cfg.engine,
+        engine=PIPE.eval_engine,
     shell:
         "hacpo eval --source {params.source:q} --settings {params.settings:q} --engine {params.engine}"
         " --out results/eval/{wildcards.setting}/{wildcards.target} > {log} 2>&1"

@@ -13,7 +13,7 @@ rule train:
     benchmark:
         "results/benchmarks/train/{kind}/{group}/{method}/seed{seed}.tsv"
     conda:
-        "../../envs/hacpo-cpu.yaml"
+        PIPE.conda_env
     resources:
         gpu=train_gpus,
     params:

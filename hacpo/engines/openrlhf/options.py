@@ -1,0 +1,88 @@
+"""What the OpenRLHF engine needs beside the run's maths: GPUs, engines, memory modes, logging (typed).
+
+These are runtime choices: they never enter a run's identity (``TrainConfig.config_hash``). The defaults are
+the hybrid engine of ``../notes/openrlhf.md`` §1.8 (vLLM and DeepSpeed colocated on every GPU, each asleep
+while the other works), which OpenRLHF's README calls its most stable mode.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WandbOptions(_Strict):
+    """OpenRLHF's own Weights & Biases logging. The API key is read from ``WANDB_API_KEY`` (never a config
+    value, so it never lands in a run's config or a process list)."""
+
+    project: str = "hacpo"
+    group: str | None = None
+    org: str | None = None
+
+
+class VllmEvalOptions(_Strict):
+    """``hacpo eval --engine vllm``: one vLLM engine per evaluation job."""
+
+    tensor_parallel_size: int = Field(1, ge=1)  # GPUs per evaluation job
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    max_num_seqs: int = Field(256, ge=1)
+    enforce_eager: bool = False
+
+
+class OpenRLHFOptions(_Strict):
+    """The ``openrlhf:`` section of a workflow config (and of a run config run with ``--engine openrlhf``)."""
+
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int | None = Field(None, ge=1)  # None: the model's (or pair's) `gpus` from the config
+    vllm_tensor_parallel_size: int = Field(1, ge=1)
+    colocate: bool = True  # actor, reference and vLLM share every GPU (hybrid engine)
+    sleep: bool = True  # vLLM and DeepSpeed states leave the GPU while the other runs (needs colocate)
+    vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    enable_prefix_caching: bool = True  # the G samples of a prompt share its prefill
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    param_dtype: Literal["bf16", "fp16"] = "bf16"
+    attn_implementation: str = "flash_attention_2"
+    packing_samples: bool = True  # pack sequences without padding (flash-attention varlen)
+    gradient_checkpointing: bool = True
+    adam_offload: bool = False
+    micro_train_batch_size: int = Field(4, ge=1)  # sequences per GPU per forward/backward
+    micro_rollout_batch_size: int = Field(8, ge=1)  # sequences per GPU per log-prob forward
+    max_prompt_tokens: int = Field(1024, ge=1)  # the paper's 1,024 [paper]
+    tensorboard: bool = True  # also the channel metrics.jsonl is read from: always written
+    wandb: WandbOptions | None = None
+    extra_args: list[str] = []  # appended verbatim (checked by OpenRLHF's parser in CI, not here)
+    eval: VllmEvalOptions = VllmEvalOptions()
+
+    @model_validator(mode="after")
+    def _fits(self):
+        if self.sleep and not self.colocate:
+            raise ValueError("sleep: true needs colocate: true (sleep modes exist for colocated engines)")
+        if self.gpus_per_node is not None:
+            total = self.nodes * self.gpus_per_node
+            if total % self.vllm_tensor_parallel_size:
+                raise ValueError(
+                    f"{total} GPUs do not split into vLLM engines of tensor_parallel_size "
+                    f"{self.vllm_tensor_parallel_size}"
+                )
+        return self
+
+    @property
+    def total_gpus(self) -> int:
+        if self.gpus_per_node is None:
+            raise ValueError(
+                "openrlhf.gpus_per_node is not set (the workflow sets it from the model's `gpus`)"
+            )
+        return self.nodes * self.gpus_per_node
+
+    def check_environment(self) -> None:
+        """Problems a launch would only hit minutes later (Ray, vLLM and model loading come first)."""
+        if self.wandb is not None and not os.environ.get("WANDB_API_KEY"):
+            raise ValueError(
+                "openrlhf.wandb is set but WANDB_API_KEY is not: export it (or remove openrlhf.wandb)"
+            )

@@ -1,0 +1,76 @@
+"""The training reward inside OpenRLHF: the file passed as ``--reward.remote_url``.
+
+OpenRLHF loads this file by path in every vLLM rollout actor (``SingleTurnAgentExecutor``) and calls
+``reward_func([query], [prompt], [label])`` once per sample from a worker thread (``asyncio.to_thread``), many
+at a time. ``query`` is prompt + response decoded with the special tokens kept, ``prompt`` the templated
+prompt text of the prompt file, ``label`` the gold answer.
+
+Three promises, each tested against OpenRLHF's own loader and executor:
+
+- **the local engine's reward**: the response is the query after the prompt, with trailing end-of-sequence
+  markers dropped (the local engine stops at EOS), scored by :class:`hacpo.reward.Scorer` (last ``\\boxed{}``,
+  math-verify);
+- **bounded**: math-verify's signal deadlines do not work in threads, so items are verified in worker
+  processes (``HACPO_REWARD_WORKERS``, default 2 per rollout actor) that are killed after ``timeout_s``;
+- **total**: OpenRLHF swallows a raising reward function and fails much later in unrelated code, so every
+  failure scores 0 and is counted in ``extra_logs["reward_error"]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+
+import torch
+
+logger = logging.getLogger("hacpo.reward.openrlhf")
+
+_TRAILING_SPECIALS = re.compile(r"(?:\s*(?:<\|[^<>|]{1,64}\|>|</s>|<eos>|<\|eot_id\|>))+\s*\Z")
+_scorer = None
+_scorer_lock = threading.Lock()
+
+
+def _get_scorer():
+    global _scorer
+    with _scorer_lock:
+        if _scorer is None:
+            from hacpo.reward import Scorer
+
+            workers = int(os.environ.get("HACPO_REWARD_WORKERS", "2"))
+            timeout = float(os.environ.get("HACPO_REWARD_TIMEOUT_S", "2.0"))
+            _scorer = Scorer(workers=max(1, workers), timeout_s=timeout)
+        return _scorer
+
+
+def response_of(query: str, prompt: str) -> str:
+    """The generated part of ``query`` (= prompt + response), without trailing end-of-sequence markers."""
+    if query.startswith(prompt):
+        text = query[len(prompt) :]
+    else:  # decode(encode(prompt)) differs from the prompt text: cut after the prompt's last characters
+        tail = prompt[-32:]
+        cut = query.rfind(tail) if tail else -1
+        text = query[cut + len(tail) :] if cut >= 0 else query
+    return _TRAILING_SPECIALS.sub("", text)
+
+
+def reward_func(queries, prompts, labels) -> dict:
+    """0/1 reward per query; never raises."""
+    n = len(queries) if isinstance(queries, (list, tuple)) else 0
+    rewards = [0.0] * n
+    error = 0.0
+    try:
+        responses = [response_of(str(q), str(p)) for q, p in zip(queries, prompts, strict=True)]
+        rewards = _get_scorer().score(responses, [str(x) for x in labels])
+    except BaseException as err:  # noqa: BLE001 -- a raise here would be swallowed by OpenRLHF, then fail later
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        logger.warning("hacpo reward_func failed; scoring 0", exc_info=True)
+        error = 1.0
+    values = torch.tensor(rewards, dtype=torch.float32)
+    return {
+        "rewards": values,
+        "scores": values.clone(),
+        "extra_logs": {"reward_error": torch.tensor([error])},
+    }

@@ -1,0 +1,241 @@
+"""``hacpo train --engine openrlhf`` for single-agent methods: OpenRLHF's own trainer, our run directory.
+
+One call: validate → write the prompt and validation files (rendered with the agent's chat template) →
+start the job's Ray cluster → run ``python -m openrlhf.cli.train_ppo_ray`` (:func:`command.build_command`)
+while sampling GPU memory and converting OpenRLHF's logs to ``metrics.jsonl`` every minute → move
+OpenRLHF's Hugging Face checkpoints to ``checkpoints/<agent>/step-N`` → ``profile.json`` → ``run.json``
+complete. Killed and rerun, OpenRLHF resumes from its DeepSpeed checkpoint (``--ckpt.load_enable``) and the
+logs of the redone steps replace the old ones.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+
+from hacpo.config import TrainConfig
+from hacpo.runio import (
+    RunRecord,
+    atomic_write_json,
+    atomic_write_text,
+    run_lock,
+    sweep_temporaries,
+    versions,
+)
+
+from . import logs
+from .command import Layout, build_command, check_single_agent, prompt_order
+from .gpumem import GpuMemorySampler
+from .options import OpenRLHFOptions
+
+OPENRLHF_VERSION = "0.11.2"
+SYNC_EVERY_S = 60.0
+Launcher = Callable[[list[str], dict, Path], int]  # (argv, env, log file) → exit code
+
+
+def check_installed() -> None:
+    """OpenRLHF 0.11.2 exactly (flags and return values changed between 0.11.0 and 0.11.2)."""
+    try:
+        found = metadata.version("openrlhf")
+    except metadata.PackageNotFoundError:
+        raise ValueError(
+            "the OpenRLHF engine needs openrlhf==0.11.2: on a CUDA machine run "
+            "`EXTRAS=dev,gpu bash scripts/setup_env.sh` (docs/openrlhf.md)"
+        ) from None
+    if found != OPENRLHF_VERSION:
+        raise ValueError(
+            f"openrlhf {found} is installed; this engine is built for exactly {OPENRLHF_VERSION}"
+        )
+
+
+def write_inputs(cfg: TrainConfig, layout: Layout) -> None:
+    """The prompt file (``steps × prompts_per_step`` rows in step order) and the validation file, each
+    prompt rendered with the agent's chat template and the run's prompt style (Qwen3 thinking off)."""
+    from transformers import AutoTokenizer
+
+    from hacpo.agents.prompting import prompt_text
+    from hacpo.data.synthetic import as_problem
+    from hacpo.engines.local.trainer import read_problems
+
+    tok = AutoTokenizer.from_pretrained(cfg.agents[0].path)
+    problems = read_problems(cfg.train_file)
+
+    def row(p: dict, **extra) -> str:
+        import json
+
+        text = prompt_text(tok, as_problem(p), cfg.prompt_style)
+        return json.dumps({"prompt": text, "answer": p["answer"], "id": p["id"], **extra}) + "\n"
+
+    atomic_write_text(layout.prompts, "".join(row(problems[i]) for i in prompt_order(len(problems), cfg)))
+    if cfg.val_file and cfg.val_size:
+        val = read_problems(cfg.val_file)[: cfg.val_size]
+        atomic_write_text(layout.validation, "".join(row(p, datasource=logs.VALIDATION_SOURCE) for p in val))
+
+
+def resumable_step(layout: Layout) -> int:
+    """The global step of OpenRLHF's newest complete DeepSpeed checkpoint (``_actor/latest``), or 0."""
+    latest = layout.ckpt / "_actor" / "latest"
+    if not latest.is_file():
+        return 0
+    tag = latest.read_text().strip()
+    return int(tag.removeprefix("global_step")) if tag.removeprefix("global_step").isdigit() else 0
+
+
+def _is_complete_hf(d: Path) -> bool:
+    if not (d / "config.json").is_file():
+        return False
+    index = d / "model.safetensors.index.json"
+    if index.is_file():
+        import json
+
+        shards = set(json.loads(index.read_text())["weight_map"].values())
+        return all((d / s).is_file() for s in shards)
+    return any(d.glob("*.safetensors")) or (d / "pytorch_model.bin").is_file()
+
+
+def collect_checkpoints(cfg: TrainConfig, layout: Layout, *, final: bool) -> dict[int, Path]:
+    """Move OpenRLHF's ``global_step<N>_hf`` copies (and, at the end, ``save_model``'s) to
+    ``checkpoints/<agent>/step-N``; drop torn ones; keep ``keep_checkpoints`` newest plus the final one."""
+    agent = cfg.agents[0].name
+    dest = Path(cfg.out_dir) / "checkpoints" / agent
+    dest.mkdir(parents=True, exist_ok=True)
+    done = resumable_step(layout)
+    for src in sorted(layout.ckpt.glob("global_step*_hf")):
+        n = src.name.removeprefix("global_step").removesuffix("_hf")
+        if not n.isdigit():
+            continue
+        if not _is_complete_hf(src) or int(n) > done:  # a save a kill interrupted: OpenRLHF redoes the step
+            shutil.rmtree(src, ignore_errors=True)
+            continue
+        target = dest / f"step-{int(n)}"
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(src, target)
+    if final and _is_complete_hf(layout.final):
+        target = dest / f"step-{cfg.steps}"
+        if not target.exists():
+            os.replace(layout.final, target)
+        else:
+            shutil.rmtree(layout.final)
+    steps = sorted(int(p.name[5:]) for p in dest.glob("step-*") if p.name[5:].isdigit())
+    keep = set(steps[-cfg.keep_checkpoints :]) | ({cfg.steps} if final else set())
+    for s in steps:
+        if s not in keep:
+            shutil.rmtree(dest / f"step-{s}", ignore_errors=True)
+    return {s: dest / f"step-{s}" for s in steps if s in keep}
+
+
+def sync_logs(cfg: TrainConfig, layout: Layout) -> list[dict]:
+    """Rewrite ``metrics.jsonl`` and ``validation.jsonl`` from OpenRLHF's event files (atomically)."""
+    import json
+
+    agent = cfg.agents[0].name
+    scalars = logs.read_scalars(layout.tensorboard) if layout.tensorboard.exists() else {}
+    rows = logs.metrics_rows(scalars, agent)
+    out = Path(cfg.out_dir)
+    atomic_write_text(out / "metrics.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    val = logs.validation_rows(scalars, agent, cfg.val_size)
+    if val:
+        atomic_write_text(
+            out / "validation.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in val)
+        )
+    return rows
+
+
+def _record(cfg: TrainConfig, status: str, step: int, argv: list[str], **final) -> RunRecord:
+    return RunRecord(
+        status=status,
+        step=step,
+        config_hash=cfg.config_hash(),
+        config=cfg.model_dump(mode="json"),
+        engine="openrlhf",
+        versions=versions(),
+        details={"method": cfg.resolved_method().to_dict(), "command": argv},
+        **final,
+    )
+
+
+def launch_subprocess(argv: list[str], env: dict, log: Path, on_tick: Callable[[], object]) -> int:
+    """Run OpenRLHF in its own process group, calling ``on_tick`` every minute (live ``metrics.jsonl``); an
+    exception here (SIGTERM from ``scancel``) stops OpenRLHF before it propagates."""
+    from .ray_cluster import stop_process
+
+    with open(log, "ab") as f:
+        proc = subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while True:
+                try:
+                    return proc.wait(timeout=SYNC_EVERY_S)
+                except subprocess.TimeoutExpired:
+                    on_tick()
+        finally:
+            stop_process(proc)
+
+
+def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None = None) -> RunRecord:
+    """Train (or resume) one single-agent run on OpenRLHF; returns its final ``run.json``.
+
+    ``launcher`` runs the command (default: a subprocess inside this job's own Ray cluster)."""
+    check_single_agent(cfg)
+    cfg.check_paths()
+    opts.check_environment()
+    if launcher is None:
+        check_installed()
+    layout = Layout(Path(cfg.out_dir))
+    argv = build_command(cfg, opts, layout)
+    with run_lock(cfg.out_dir):
+        prev = RunRecord.read(cfg.out_dir)
+        if prev is not None:
+            if prev.config_hash != cfg.config_hash():
+                raise ValueError(
+                    f"{cfg.out_dir} holds a run with a different config; choose another out_dir or delete it"
+                )
+            if prev.complete:
+                return prev
+        sweep_temporaries(cfg.out_dir)
+        layout.root.mkdir(parents=True, exist_ok=True)
+        write_inputs(cfg, layout)
+        collect_checkpoints(cfg, layout, final=False)
+        _record(cfg, "running", resumable_step(layout), argv).write(cfg.out_dir)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        t0 = time.perf_counter()
+        with GpuMemorySampler() as memory:
+            rc = _run(argv, env, layout, opts, launcher, lambda: sync_logs(cfg, layout))
+        wall = time.perf_counter() - t0
+        rows = sync_logs(cfg, layout)
+        checkpoints = collect_checkpoints(cfg, layout, final=rc == 0)
+        if rc != 0:
+            _record(cfg, "running", resumable_step(layout), argv).write(cfg.out_dir)
+            raise RuntimeError(f"OpenRLHF exited with status {rc}; its log: {layout.log}")
+        done = [r["step"] for r in rows]
+        if cfg.steps not in checkpoints or sorted(set(done)) != list(range(cfg.steps)):
+            raise RuntimeError(
+                f"OpenRLHF finished but the run is incomplete (steps logged: {len(set(done))} of "
+                f"{cfg.steps}, "
+                f"final checkpoint: {cfg.steps in checkpoints}); its log: {layout.log}"
+            )
+        profile = {
+            "engine": "openrlhf",
+            "wall_s": wall,
+            "steps": cfg.steps,
+            "phase_s": logs.phase_totals(rows),
+            **memory.summary(),
+        }
+        atomic_write_json(Path(cfg.out_dir) / "profile.json", profile)
+        final = {cfg.agents[0].name: str(checkpoints[cfg.steps])}
+        _record(cfg, "complete", cfg.steps, argv, final_checkpoints=final, profile=profile).write(cfg.out_dir)
+        return RunRecord.read(cfg.out_dir)
+
+
+def _run(argv, env, layout: Layout, opts: OpenRLHFOptions, launcher, on_tick) -> int:
+    if launcher is not None:
+        return launcher(argv, env, layout.log)
+    from .ray_cluster import ray_cluster, terminate_on_sigterm
+
+    with terminate_on_sigterm(), ray_cluster(num_gpus=opts.gpus_per_node) as address:
+        return launch_subprocess(argv, {**env, "RAY_ADDRESS": address}, layout.log, on_tick)

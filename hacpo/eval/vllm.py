@@ -1,0 +1,72 @@
+"""vLLM generation backend for evaluation (``hacpo eval --engine vllm``): the paper-scale twin of
+:class:`hacpo.eval.local.LocalGenerator`, behind the same ``generate(problems, sampling)`` interface.
+
+Same prompts (:func:`hacpo.agents.prompting.prompt_ids`: the model's chat template, thinking off), same
+response text (:func:`hacpo.agents.retokenize.response_text` of the generated ids: cut at EOS, specials kept),
+so ``<bench>.samples.jsonl``, ``rescore`` and the tables do not depend on the engine. Greedy decoding is
+temperature 0; k samples per problem are one request with ``n = k`` (one prefill), seeded per request.
+"""
+
+from __future__ import annotations
+
+from hacpo.agents.prompting import prompt_ids
+from hacpo.agents.retokenize import response_text
+from hacpo.data.synthetic import as_problem
+
+
+def sampling_params(sampling, max_tokens: int):
+    """The ``vllm.SamplingParams`` keyword arguments of one evaluation's decoding."""
+    return {
+        "n": sampling.k,
+        "temperature": 0.0 if sampling.greedy else sampling.temperature,
+        "top_p": 1.0 if sampling.greedy else sampling.top_p,
+        "max_tokens": max_tokens,
+        "seed": sampling.seed,
+        "skip_special_tokens": False,
+    }
+
+
+class VLLMGenerator:
+    """``generate(problems, sampling) → list[list[str]]`` (k responses per problem) with one vLLM engine."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        max_num_seqs: int = 256,
+        enforce_eager: bool = False,
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ):
+        try:
+            from vllm import LLM
+        except ImportError:
+            raise ValueError(
+                "hacpo eval --engine vllm needs vLLM: `EXTRAS=dev,gpu bash scripts/setup_env.sh` "
+                "on a CUDA machine"
+            ) from None
+        self.llm = LLM(
+            model=path,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs,
+            enforce_eager=enforce_eager,
+            max_model_len=max_model_len,
+            seed=seed,
+            trust_remote_code=False,
+        )
+        self.tok = self.llm.get_tokenizer()
+
+    def generate(self, problems: list[dict], sampling) -> list[list[str]]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        prompts = [
+            TokensPrompt(prompt_token_ids=prompt_ids(self.tok, as_problem(p), sampling.prompt_style))
+            for p in problems
+        ]
+        params = SamplingParams(**sampling_params(sampling, sampling.max_new_tokens))
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)  # in the order of `prompts`
+        return [[response_text(self.tok, list(c.token_ids)) for c in o.outputs] for o in outputs]

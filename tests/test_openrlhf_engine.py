@@ -1,0 +1,207 @@
+"""The OpenRLHF engine without OpenRLHF: command lines, prompt files, the reward file, pipeline wiring.
+
+Against OpenRLHF's own code (its argument parser, reward loader, loggers): tests/openrlhf/, run in CI with the
+real openrlhf==0.11.2 installed the CPU way (scripts/setup_openrlhf_cpu.sh).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hacpo.config import TrainConfig
+from hacpo.engines.openrlhf.command import Layout, build_command, prompt_order, reward_file
+from hacpo.engines.openrlhf.options import OpenRLHFOptions
+from hacpo.pipeline import Pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+
+
+def paper_run(method: str, model: str = "qwen3_1p7b_base", **over) -> TrainConfig:
+    pipe = Pipeline(PAPER)
+    d = pipe.train_config(pipe.run_at("single", model, method, 42)) | over
+    return TrainConfig.model_validate(d)
+
+
+def flags(argv: list[str]) -> dict[str, list[str]]:
+    out, key = {}, None
+    for a in argv[3:]:
+        if a.startswith("--"):
+            key = a[2:]
+            out[key] = []
+        else:
+            out[key].append(a)
+    return out
+
+
+def argv_of(cfg: TrainConfig, tmp_path=Path("/run")) -> dict[str, list[str]]:
+    return flags(build_command(cfg, cfg.openrlhf, Layout(tmp_path)))
+
+
+def test_paper_gspo_command_carries_every_setting_of_the_spec(tmp_path):
+    f = argv_of(paper_run("gspo"), tmp_path)
+    assert f["actor.policy_loss_type"] == ["gspo"] and f["actor.eps_clip_low_high"] == ["0.0003", "0.0004"]
+    assert f["algo.advantage.estimator"] == ["group_norm"]
+    assert f["rollout.batch_size"] == ["128"] and f["rollout.n_samples_per_prompt"] == ["8"]
+    assert f["train.batch_size"] == ["512"] and f["train.max_epochs"] == ["1"]  # 2 updates per step
+    assert f["actor.adam.lr"] == ["1e-06"] and f["actor.lr_scheduler"] == ["constant"]
+    assert f["actor.lr_warmup_ratio"] == ["0.0"]
+    assert f["actor.adam.weight_decay"] == ["0.01"] and f["actor.adam.betas"] == ["0.9", "0.999"]
+    assert f["actor.max_norm"] == ["1.0"]
+    assert (
+        f["algo.kl.init_coef"] == ["0.001"] and f["algo.kl.estimator"] == ["k3"] and "algo.kl.use_loss" in f
+    )
+    assert f["data.max_len"] == ["5120"] and f["rollout.max_new_tokens"] == ["4096"]  # 1,024 + 4,096
+    assert f["rollout.temperature"] == ["1.0"] and f["rollout.top_p"] == ["1.0"]
+    assert f["data.max_samples"] == [str(58 * 128)]  # exactly 58 steps in one episode
+    assert f["actor.num_gpus_per_node"] == ["8"] and f["vllm.num_engines"] == ["8"]
+    assert {"train.colocate_all", "vllm.enable_sleep", "ds.enable_sleep", "ckpt.load_enable"} <= f.keys()
+    assert f["reward.remote_url"] == [str(reward_file())] and reward_file().is_file()
+    assert f["data.prompt_dataset"] == [str(tmp_path.resolve() / "openrlhf" / "prompts.jsonl")]
+    assert f["eval.temperature"] == ["0.0"] and f["eval.steps"] == ["3"]  # greedy validation every 3 steps
+
+
+def test_grpo_and_the_gspo_variants_follow_the_method_record():
+    grpo = argv_of(paper_run("grpo"))
+    assert grpo["actor.policy_loss_type"] == ["ppo"] and grpo["actor.eps_clip_low_high"] == ["0.2", "0.28"]
+    assert grpo["actor.loss_agg_mode"] == ["token-mean"]
+    x2 = argv_of(paper_run("gspo_x2"))  # 16 samples, 32 prompts × 16 = 512 per update: 4 updates
+    assert x2["rollout.n_samples_per_prompt"] == ["16"] and x2["train.batch_size"] == ["512"]
+    epochs = argv_of(paper_run("gspo_updates_x2"))
+    assert epochs["train.max_epochs"] == ["2"] and epochs["train.batch_size"] == ["512"]
+    half = argv_of(paper_run("gspo_updates_x2", gspo_updates_x2_mode="half_minibatch"))
+    assert half["train.max_epochs"] == ["1"] and half["train.batch_size"] == ["256"]
+
+
+def test_joint_methods_and_bad_arithmetic_fail_with_the_fix(tmp_path):
+    pipe = Pipeline(PAPER)
+    cfg = TrainConfig.model_validate(pipe.train_config(pipe.run_at("joint", "q1p7b_q4b", "hacpo", 42)))
+    with pytest.raises(ValueError, match="issue 11"):
+        build_command(cfg, cfg.openrlhf, Layout(tmp_path))
+    with pytest.raises(ValueError, match="do not split into mini-batches"):
+        argv_of(paper_run("gspo", minibatch_size=500))
+    odd = paper_run("gspo")
+    opts = odd.openrlhf.model_copy(update={"micro_train_batch_size": 3})
+    with pytest.raises(ValueError, match="micro_train_batch_size 3"):
+        build_command(odd, opts, Layout(tmp_path))
+    with pytest.raises(ValueError, match="sleep: true needs colocate"):
+        OpenRLHFOptions(colocate=False)
+    with pytest.raises(ValueError, match="tensor_parallel_size 3"):
+        OpenRLHFOptions(gpus_per_node=8, vllm_tensor_parallel_size=3)
+
+
+def test_runtime_options_never_change_a_runs_identity():
+    a = paper_run("gspo")
+    b = a.model_copy(update={"openrlhf": a.openrlhf.model_copy(update={"zero_stage": 3})})
+    assert a.config_hash() == b.config_hash()
+
+
+def test_prompt_file_order_is_the_local_engines_batches():
+    from hacpo.engines.local.trainer import batch_for_step
+
+    cfg = paper_run("gspo", steps=150)
+    order = prompt_order(7500, cfg)
+    assert len(order) == 150 * 128  # 2.6 epochs laid out in the file: one OpenRLHF episode of 150 steps
+    for step in (0, 57, 58, 149):
+        assert order[step * 128 : (step + 1) * 128] == batch_for_step(7500, 128, step, 42)
+
+
+def test_workflow_passes_gpus_engine_and_vllm_settings():
+    pipe = Pipeline(PAPER)
+    single = pipe.train_config(pipe.run_at("single", "qwen3_8b_base", "gspo", 42))
+    assert single["openrlhf"]["gpus_per_node"] == 8
+    assert pipe.eval_engine == "vllm" and pipe.eval_gpus("base/qwen3_4b") == 1
+    assert pipe.eval_settings("len8k")["vllm"]["max_model_len"] == 1024 + 8196
+    assert pipe.conda_env.endswith("hacpo-gpu.yaml")
+    local = Pipeline(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
+    run = local.runs[0]
+    assert "openrlhf" not in local.train_config(run) and local.eval_engine == "local"
+
+
+def test_openrlhf_config_needs_gpus_for_every_run():
+    cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    cfg["models"]["qwen3_4b"]["gpus"] = 0
+    with pytest.raises(ValueError, match="models.qwen3_4b.gpus: the OpenRLHF engine needs a positive"):
+        Pipeline(cfg)
+
+
+# ------------------------------------------------------------------------------------------ the reward file
+
+
+def load_reward_module():
+    """As OpenRLHF's SingleTurnAgentExecutor does: by file path, under the module name reward_func."""
+    spec = importlib.util.spec_from_file_location("reward_func", reward_file())
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def reward_module():
+    module = load_reward_module()
+    yield module
+    if module._scorer is not None:
+        module._scorer.close()
+
+
+PROMPT = (
+    "<|im_start|>user\nWhat is 6*7? Let's think step by step and output the final answer within \\boxed{}."
+    "<|im_end|>\n<|im_start|>assistant\n"
+)
+
+
+def test_response_of_strips_the_prompt_and_end_markers(reward_module):
+    r = reward_module.response_of
+    assert r(PROMPT + "so \\boxed{42}<|im_end|>", PROMPT) == "so \\boxed{42}"
+    assert r(PROMPT + "x<|endoftext|><|endoftext|>", PROMPT) == "x"
+    assert r(PROMPT + "x</s>", PROMPT) == "x" and r("<s> " + PROMPT[5:] + "y", PROMPT) == "y"
+    # the prompt's own empty \boxed{} never counts: no box in the response → 0
+    out = reward_module.reward_func([PROMPT + "the answer is 42<|im_end|>"], [PROMPT], ["42"])
+    assert out["rewards"].tolist() == [0.0]
+
+
+def test_reward_equals_the_local_reward_from_many_threads(reward_module):
+    from hacpo.reward import Scorer
+
+    responses = ["\\boxed{42}", "\\boxed{\\frac{84}{2}}", "\\boxed{41}", "42", "\\boxed{42.0}", "\\boxed{x}"]
+    golds = ["42"] * len(responses)
+    with Scorer() as s:
+        local = s.score(responses, golds)
+    calls = [([PROMPT + r + "<|im_end|>"], [PROMPT], [g]) for r, g in zip(responses, golds, strict=True)] * 4
+    with ThreadPoolExecutor(8) as pool:  # OpenRLHF: asyncio.to_thread, one sample per call, many at once
+        got = list(pool.map(lambda c: reward_module.reward_func(*c), calls))
+    assert [g["rewards"].item() for g in got] == local * 4
+    assert all(g["scores"].tolist() == g["rewards"].tolist() for g in got)
+    assert all(g["extra_logs"]["reward_error"].item() == 0.0 for g in got)
+
+
+def test_reward_is_bounded_and_total_in_threads(reward_module):
+    here = Path(__file__).with_name("test_reward.py")
+    spec = importlib.util.spec_from_file_location("hacpo_test_reward", here)
+    corpus = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(corpus)
+    HOSTILE, PER_ITEM_LIMIT_S = corpus.HOSTILE, corpus.PER_ITEM_LIMIT_S  # noqa: N806
+
+    def call(item):
+        t = time.perf_counter()
+        out = reward_module.reward_func([PROMPT + item[0]], [PROMPT], [item[1]])
+        return time.perf_counter() - t, out
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(call, HOSTILE))
+    for (response, _), (elapsed, out) in zip(HOSTILE, results, strict=True):
+        # 4 threads share one 2-worker pool: an item may wait for the others' timeouts
+        assert elapsed < 4 * PER_ITEM_LIMIT_S, (response[:40], elapsed)
+        assert out["rewards"].shape == (1,) and out["rewards"].item() in (0.0, 1.0)
+    for bad in ([None], ["q", "r"]), ([], []), (None, None):  # wrong types and lengths: 0, flagged, no raise
+        out = reward_module.reward_func(bad[0], bad[1], ["1"])
+        assert out["extra_logs"]["reward_error"].item() == 1.0
+        assert float(out["rewards"].sum()) == 0.0
+    assert threading.active_count() < 50
