@@ -1,4 +1,4 @@
-"""The OpenRLHF engine against the real openrlhf==0.11.2 (installed the CPU way: scripts/setup_openrlhf_cpu.sh).
+"""The OpenRLHF engine against the real openrlhf==0.11.2, installed the CPU way (setup_openrlhf_cpu.sh).
 
 - every single-agent command line of config/paper.yaml is accepted by OpenRLHF's own argument parser, its
   validation and its DeepspeedStrategy, and lands on the intended values;
@@ -149,12 +149,15 @@ def test_openrlhf_loads_and_calls_our_reward_like_the_local_engine():
         ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
 
         class Engine:  # vLLM's AsyncLLMEngine, as the executor uses it: one completion of given ids
+            def __init__(self, ids):
+                self.ids = ids
+
             async def generate(self, prompt_ids, params, multi_modal_data=None):
-                out = SimpleNamespace(token_ids=ids, finish_reason="stop", logprobs=None)
+                out = SimpleNamespace(token_ids=self.ids, finish_reason="stop", logprobs=None)
                 return SimpleNamespace(outputs=[out])
 
         params = SimpleNamespace(max_tokens=16, logprobs=None)
-        output = asyncio.run(executor.execute(prompt, "3", params, 64, tok, Engine()))
+        output = asyncio.run(executor.execute(prompt, "3", params, 64, tok, Engine(ids)))
         with Scorer() as s:
             local = s.score([response_text(tok, ids)], ["3"])[0]
         assert float(torch.as_tensor(output["reward"]).item()) == local, text
@@ -195,12 +198,16 @@ def status_dict(step: int, reward: float) -> dict:
 def write_logs(tb_dir: Path, steps, reward_of, eval_every: int = 0):
     from openrlhf.utils.logging_utils import TensorboardLogger
 
-    args = SimpleNamespace(logger=SimpleNamespace(tensorboard_dir=str(tb_dir), wandb=SimpleNamespace(run_name="r")))
+    args = SimpleNamespace(
+        logger=SimpleNamespace(tensorboard_dir=str(tb_dir), wandb=SimpleNamespace(run_name="r"))
+    )
     logger = TensorboardLogger(args)
     for g in steps:
         logger.log_train(g, status_dict(g, reward_of(g)))
         if eval_every and g % eval_every == 0:
-            logger.log_eval(g, {f"eval_{logs.VALIDATION_SOURCE}_pass1": g / 100, "eval_response_length_mean": 5})
+            logger.log_eval(
+                g, {f"eval_{logs.VALIDATION_SOURCE}_pass1": g / 100, "eval_response_length_mean": 5}
+            )
     logger.close()
     time.sleep(1.1)  # event file names carry whole seconds: a resumed session gets a later one
 
@@ -218,7 +225,9 @@ def test_openrlhf_logs_convert_and_redone_steps_win(tmp_path):
     assert rows[0]["time/step_s"] == pytest.approx(9.5) and rows[0]["openrlhf/ppo_kl"] == pytest.approx(1e-4)
     val = logs.validation_rows(scalars, "a", 500)
     assert [(v["step"], v["acc"]) for v in val] == [(3, pytest.approx(0.03)), (6, pytest.approx(0.06))]
-    assert logs.phase_totals(rows) == pytest.approx({"generate": 24.0, "logprobs": 12.0, "update": 18.0, "sync": 3.0})
+    assert logs.phase_totals(rows) == pytest.approx(
+        {"generate": 24.0, "logprobs": 12.0, "update": 18.0, "sync": 3.0}
+    )
 
 
 # ------------------------------------------------------------------------------------------ the runner
@@ -229,9 +238,9 @@ def make_run(tmp_path, steps=4, every=2) -> TrainConfig:
 
     tok = tiny_tokenizer()
     model_dir = tmp_path / "model"
-    build_model(AgentArch("qwen3", hidden=32, layers=1, heads=2, intermediate=64), tok, seed=0).save_pretrained(
-        model_dir
-    )
+    build_model(
+        AgentArch("qwen3", hidden=32, layers=1, heads=2, intermediate=64), tok, seed=0
+    ).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)
     problems = [{"id": str(i), "problem": f"{i} + 1", "answer": str(i + 1)} for i in range(16)]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems))
