@@ -104,6 +104,13 @@ def cmd_train(args) -> int:
         opts = cfg.openrlhf or OpenRLHFOptions()
         if opts.gpus_per_node is None:
             raise ValueError("the OpenRLHF engine needs `openrlhf: {gpus_per_node: N}` in the run config")
+        if args.print_command:  # what the job would run, as one shell line (nothing is written)
+            import shlex
+
+            from hacpo.engines.openrlhf.command import Layout, build_command
+
+            print(shlex.join(build_command(cfg, opts, Layout(Path(cfg.out_dir)))))
+            return 0
         engine_train = functools.partial(train, opts=opts)
     else:
         from hacpo.engines.local import train as engine_train
@@ -219,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     t.add_argument("--progress", action="store_true")
+    t.add_argument(
+        "--print-command", action="store_true", help="--engine openrlhf: print its command line only"
+    )
     t.set_defaults(func=cmd_train)
 
     e = sub.add_parser(

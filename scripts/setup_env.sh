@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create or refresh the project virtual environment in .venv (idempotent, fast when nothing changed).
 # Picks the CPU build of torch where no NVIDIA GPU is present (an unpinned torch pulls a multi-GB CUDA build).
-#   EXTRAS=dev (default) | "dev,gpu" on a GPU box;  PYTHON=python3.11 to choose the interpreter.
+#   EXTRAS=dev (default) | "dev,gpu" on a CUDA box (OpenRLHF engine + vLLM);  PYTHON=python3.11 to choose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -18,7 +18,12 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 
-if ! "$PY" -c "import torch" 2>/dev/null; then
+if [[ ",$EXTRAS," == *",gpu,"* ]]; then
+  # GPU engine: vLLM decides the CUDA build of torch; flash-attn then compiles against that torch (no build
+  # isolation), and openrlhf==0.11.2 comes with the [gpu] extra (its exact pins: docs/openrlhf.md).
+  "$PY" -m pip install -q "vllm==0.29.0" setuptools wheel packaging psutil ninja
+  "$PY" -m pip install -q --no-build-isolation "flash-attn==2.8.3"
+elif ! "$PY" -c "import torch" 2>/dev/null; then
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
     "$PY" -m pip install -q "torch==$TORCH_VERSION"
   else

@@ -108,6 +108,37 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
     }
 
 
+def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(tmp_path):
+    """engine: openrlhf — every single-agent run is an OpenRLHF job (its command line built from the job's own
+    params, as `hacpo train --print-command` prints it) on the GPUs of its model; every evaluation a vLLM job
+    on the evaluation's tensor-parallel GPUs."""
+    import shlex
+
+    from hacpo.config import load_train_config
+    from hacpo.engines.openrlhf.command import Layout, build_command
+
+    args = [*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "paper.yaml"),
+            "--workflow-profile", str(ROOT / "profiles" / "slurm"), "--directory", str(tmp_path)]  # fmt: skip
+    out = run(args).stdout
+    jobs = out.split("\nrule ")[1:]
+    trains = [j for j in jobs if j.startswith("train:")]
+    evals = [j for j in jobs if j.startswith("evaluate:")]
+    assert len(trains) == 66 and len(evals) == 100
+    singles = [j for j in trains if "kind=single" in j]
+    assert len(singles) == 39
+    for job in trains:
+        assert "gpu=8" in job and "--engine openrlhf" in job, job[:300]
+    for job in singles:
+        cmd = shlex.split(job[job.index("Shell command: ") + 15 :].splitlines()[0])
+        cfg = load_train_config(cmd[2])
+        argv = build_command(cfg, cfg.openrlhf, Layout(tmp_path / cfg.out_dir))
+        assert argv[1:3] == ["-m", "openrlhf.cli.train_ppo_ray"]
+        assert argv[argv.index("--actor.num_gpus_per_node") + 1] == "8"
+    for job in evals:
+        assert "gpu=1" in job and "--engine vllm" in job, job[:300]
+        assert '"vllm":{' in job and '"tensor_parallel_size":1' in job
+
+
 def test_paper_data_prep_covers_eight_datasets_at_pinned_revisions(tmp_path):
     from hacpo.data import registry
 
