@@ -206,6 +206,17 @@ class RunRecord:
             details={**data.get("details", {}), **{k: v for k, v in data.items() if k not in known}},
         )
 
+    @classmethod
+    def for_config(cls, run_dir: str | Path, config_hash: str) -> RunRecord | None:
+        """The record of ``run_dir`` for a run of ``config_hash`` (None: never started); a run of another
+        config there is refused, so an engine never resumes or returns someone else's run."""
+        prev = cls.read(run_dir)
+        if prev is not None and prev.config_hash != config_hash:
+            raise ValueError(
+                f"{run_dir} holds a run with a different config; choose another out_dir or delete it"
+            )
+        return prev
+
     def write(self, run_dir: str | Path) -> None:
         atomic_write_json(Path(run_dir) / self.FILE, asdict(self))
 

@@ -219,14 +219,9 @@ class LocalTrainer:
         A checkpoint at step s is written after step s's metrics row and validation, so on resume the logs
         keep exactly the rows of steps < s (metrics) and ≤ s (validation); a validation at s that a damaged
         log lacks is run again (greedy: no RNG use, so the resumed run stays bitwise)."""
-        prev = RunRecord.read(self.out)
-        if prev is not None:
-            if prev.config_hash != self.config_hash():
-                raise ValueError(
-                    f"{self.out} holds a run with a different config; choose another out_dir or delete it"
-                )
-            if prev.complete:
-                return -1
+        prev = RunRecord.for_config(self.out, self.config_hash())
+        if prev is not None and prev.complete:
+            return -1
         sweep_temporaries(self.out)  # leftovers of writes a kill interrupted (never read as complete)
         steps = checkpoint_steps(self.out, [a.name for a in self.agents])
         start = steps[-1] if steps else 0

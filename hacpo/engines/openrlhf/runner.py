@@ -189,14 +189,9 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
     layout = Layout(Path(cfg.out_dir))
     argv = build_command(cfg, opts, layout)
     with run_lock(cfg.out_dir):
-        prev = RunRecord.read(cfg.out_dir)
-        if prev is not None:
-            if prev.config_hash != cfg.config_hash():
-                raise ValueError(
-                    f"{cfg.out_dir} holds a run with a different config; choose another out_dir or delete it"
-                )
-            if prev.complete:
-                return prev
+        prev = RunRecord.for_config(cfg.out_dir, cfg.config_hash())
+        if prev is not None and prev.complete:
+            return prev
         sweep_temporaries(cfg.out_dir)
         layout.root.mkdir(parents=True, exist_ok=True)
         write_inputs(cfg, layout)
