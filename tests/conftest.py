@@ -7,6 +7,8 @@ by its warm-up spec and data, so a stale cache is rebuilt, never reused.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("HACPO_TEST_CACHE", ROOT / ".cache" / "test-agents"))
 SHARED = ROOT.parent / "shared"
+SLURM_UP = ROOT / ".ci" / "slurm-up.sh"
+SLURM_DOWN = ROOT / ".ci" / "slurm-down.sh"
+SLURM_PRECONDITION_MISSING = 3  # slurm-up.sh's exit status when root, apt-get or the packages are missing
 
 torch.set_num_threads(1)
 
@@ -63,3 +68,30 @@ def shared_dir() -> Path:
     if not SHARED.is_dir():
         pytest.skip("../shared (the full benchmark files) is absent: only CI and developer machines have it")
     return SHARED
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    """A real slurmctld + slurmd + munged on localhost for this module; always torn down afterwards.
+
+    Opt-in switches (HACPO_REQUIRE_SLURM, HACPO_SLURM_TESTS, HACPO_SKIP_SLURM): see tests/test_slurm.py.
+    """
+    if os.environ.get("HACPO_SKIP_SLURM") == "1":
+        pytest.skip("HACPO_SKIP_SLURM=1")
+    if "1" not in (os.environ.get("HACPO_REQUIRE_SLURM"), os.environ.get("HACPO_SLURM_TESTS")):
+        pytest.skip(
+            "the local SLURM cluster installs Debian packages and starts daemons (root): "
+            "set HACPO_SLURM_TESTS=1 to run these tests (CI does, via .ci/run)"
+        )
+    if os.geteuid() != 0:
+        pytest.skip("the local SLURM cluster needs root (.ci/slurm-up.sh installs packages, starts daemons)")
+    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
+        pytest.skip("no apt-get and no Slurm installed: cannot bring up the local SLURM cluster")
+    try:
+        up = subprocess.run(["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=600, check=False)
+        if up.returncode == SLURM_PRECONDITION_MISSING and os.environ.get("HACPO_REQUIRE_SLURM") != "1":
+            pytest.skip(f"local SLURM cluster unavailable: {up.stderr.strip()[-500:]}")
+        assert up.returncode == 0, f"slurm-up.sh failed (rc {up.returncode}):\n{up.stdout}\n{up.stderr}"
+        yield up.stdout
+    finally:
+        subprocess.run(["bash", str(SLURM_DOWN)], capture_output=True, text=True, timeout=120, check=False)

@@ -6,13 +6,13 @@ installed by the script), so they run only when asked; elsewhere they skip, with
   HACPO_SLURM_TESTS=1    run them where possible (a developer box, as root)
   HACPO_SKIP_SLURM=1     never run them
   SLURM_CI_DIR           where the cluster keeps its state and logs (default ${TMPDIR:-/tmp}/slurm-ci)
-The module brings the cluster up once and always tears it down afterwards (.ci/slurm-down.sh), about 6 s each.
+The `slurm_cluster` fixture (tests/conftest.py) brings the cluster up once per module and always tears it down
+afterwards (.ci/slurm-down.sh), about 6 s each; tests/openrlhf uses it too (Ray under SLURM).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,11 +21,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-UP = ROOT / ".ci" / "slurm-up.sh"
-DOWN = ROOT / ".ci" / "slurm-down.sh"
 CI_PROFILE = ROOT / "profiles" / "slurm-ci"
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
-PRECONDITION_MISSING = 3  # slurm-up.sh's exit status when root, apt-get or the packages are missing
 
 pytestmark = pytest.mark.slow
 
@@ -69,30 +66,6 @@ def _report(r: subprocess.CompletedProcess, workdir: Path) -> str:
         f"rc={r.returncode}\n--- stdout\n{_tail(r.stdout)}\n--- stderr\n{_tail(r.stderr)}\n"
         f"--- sbatch logs\n{logs}\n--- slurmctld.log\n{ctld_tail}"
     )
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    """A real slurmctld + slurmd + munged on localhost for this module; always torn down afterwards."""
-    if os.environ.get("HACPO_SKIP_SLURM") == "1":
-        pytest.skip("HACPO_SKIP_SLURM=1")
-    if "1" not in (os.environ.get("HACPO_REQUIRE_SLURM"), os.environ.get("HACPO_SLURM_TESTS")):
-        pytest.skip(
-            "the local SLURM cluster installs Debian packages and starts daemons (root): "
-            "set HACPO_SLURM_TESTS=1 to run these tests (CI does, via .ci/run)"
-        )
-    if os.geteuid() != 0:
-        pytest.skip("the local SLURM cluster needs root (.ci/slurm-up.sh installs packages, starts daemons)")
-    if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        pytest.skip("no apt-get and no Slurm installed: cannot bring up the local SLURM cluster")
-    try:
-        up = subprocess.run(["bash", str(UP)], capture_output=True, text=True, timeout=600, check=False)
-        if up.returncode == PRECONDITION_MISSING and os.environ.get("HACPO_REQUIRE_SLURM") != "1":
-            pytest.skip(f"local SLURM cluster unavailable: {up.stderr.strip()[-500:]}")
-        assert up.returncode == 0, f"slurm-up.sh failed (rc {up.returncode}):\n{up.stdout}\n{up.stderr}"
-        yield up.stdout
-    finally:
-        subprocess.run(["bash", str(DOWN)], capture_output=True, text=True, timeout=120, check=False)
 
 
 def test_sbatch_roundtrip(slurm_cluster, tmp_path):
