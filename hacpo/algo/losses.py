@@ -146,10 +146,15 @@ def cross_in_bounds(s: torch.Tensor, spec: LossSpec, m: int) -> torch.Tensor:
     return (s >= lo) & (s <= hi)
 
 
-def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Low-variance k3 estimator per token, r = log π_ref − log π_θ, k3 = e^r − r − 1; token mean (§3.6)."""
+def k3_kl_tokens(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Low-variance k3 estimator per token, r = log π_ref − log π_θ, k3 = e^r − r − 1 (§3.6)."""
     r = (ref_logp - logp).clamp(-20.0, 20.0)
-    return masked_mean(torch.exp(r) - r - 1.0, mask)
+    return torch.exp(r) - r - 1.0
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """k3 KL (:func:`k3_kl_tokens`), token mean over ``mask`` (§3.6)."""
+    return masked_mean(k3_kl_tokens(logp, ref_logp), mask)
 
 
 def gspo_row_loss(s_tok, adv, eps_low, eps_high) -> torch.Tensor:

@@ -1,0 +1,167 @@
+"""HACPO's training step inside OpenRLHF's actor: a plain subclass of ``ActorPPOTrainer`` (issue 11).
+
+``ppo_train`` orders the learner's rows (mixed: a seeded shuffle, or self-first), cuts them into
+micro-batches, groups ``gas`` micro-batches per optimizer step m, and gives each micro-batch the step's
+normalisers (:func:`.loss.step_norm`); ``training_step`` runs the actor forward,
+:func:`.loss.microbatch_loss`, DeepSpeed's backward and optimizer step, exactly where OpenRLHF's own step
+does. Everything else (weight sync to vLLM, offload/reload, checkpoints) is OpenRLHF's, inherited unchanged.
+
+:func:`policy_actor_class` gives the Ray actor: ``PolicyModelActor`` whose trainer is this one (Ray forbids
+subclassing a remote class, so it subclasses ``PolicyModelActor.__ray_actor_class__`` and wraps it again).
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from openrlhf.trainer.ppo_utils.experience import make_experience_batch
+from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer, PolicyModelActor
+
+from hacpo.algo import LossSpec
+
+from .loss import StepNorm, microbatch_loss, step_norm
+from .rows import IS_SELF
+
+# Per-micro-batch metrics of hacpo.algo averaged (sample-weighted) into the step status; the rest are dropped.
+STATUS_KEYS = (
+    "loss", "pg_loss", "kl", "own_clip_frac", "cross_clip_frac", "cross_in_bounds_frac", "cross_below_frac",
+    "cross_above_frac", "cross_lo", "omega_mean", "s_homo_mean", "s_hete_mean", "adv_mean",
+)  # fmt: skip
+
+
+class HacpoActorTrainer(ActorPPOTrainer):
+    """``ActorPPOTrainer`` with HACPO's loss. ``spec``: the method's :class:`~hacpo.algo.LossSpec`;
+    ``order``: ``mixed`` | ``self_first`` (the run's ``minibatch_order``); ``seed``: the shuffle's seed."""
+
+    def __init__(self, *args, spec: LossSpec, order: str = "mixed", seed: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.configure(spec, order, seed)
+
+    def configure(self, spec: LossSpec, order: str, seed: int) -> None:
+        if order not in ("mixed", "self_first"):
+            raise ValueError(f"minibatch_order {order!r}: choose mixed or self_first")
+        if self.args.train.dynamic_batch_enable:
+            raise ValueError(
+                "HACPO on OpenRLHF needs fixed micro-batches: turn off train.dynamic_batch_enable"
+            )
+        self.spec, self.order, self.seed, self.fits = spec, order, seed, 0
+
+    # ------------------------------------------------------------------------------------ order
+    def row_order(self, items: list) -> list[int]:
+        """Self-first: own rows, then cross rows (each in buffer order); mixed: a permutation seeded by
+        (seed, fit count), so a resumed run draws the same one."""
+        if self.order == "self_first":
+            own = [bool(float(it.info[IS_SELF])) for it in items]
+            return [i for i in range(len(items)) if own[i]] + [i for i in range(len(items)) if not own[i]]
+        order = list(range(len(items)))
+        random.Random(self.seed * 1_000_003 + self.fits).shuffle(order)
+        return order
+
+    def steps(self) -> list[tuple[list, int]]:
+        """The fit's optimizer steps: (micro-batches, m) for every epoch, m counting across epochs."""
+        items = self.replay_buffer.items
+        mb, gas = self.micro_train_batch_size, max(1, int(self.strategy.accumulated_gradient))
+        per_step = mb * gas
+        if not items or len(items) % per_step:
+            raise ValueError(
+                f"{len(items)} rows on this rank do not split into optimizer steps of {gas} micro-batches of "
+                f"{mb}: make rows per learner a multiple of train.batch_size (hacpo checks this at start)"
+            )
+        out, m = [], 0
+        for _epoch in range(self.max_epochs):
+            order = self.row_order(items)
+            for s in range(0, len(order), per_step):
+                idx = order[s : s + per_step]
+                micro = [
+                    make_experience_batch([items[i] for i in idx[j : j + mb]]) for j in range(0, per_step, mb)
+                ]
+                out.append((micro, m))
+                m += 1
+        return out
+
+    # ------------------------------------------------------------------------------------ train
+    def ppo_train(self, kl_ctl: float = 0.0) -> dict[str, float]:
+        """One learner's updates on this step's rows; returns sample-weighted means of the step metrics."""
+        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+        totals: dict[str, float] = {}
+        weight: dict[str, float] = {}
+        last: dict[str, float] = {}
+        for micro, m in self.steps():
+            norm = step_norm(micro, m, *self._dp())
+            for i, exp in enumerate(micro):
+                exp.to_device(device)
+                status = self.training_step(exp, kl_ctl, i, {"norm": norm})
+                n = status["num_samples"]
+                for key, value in status["metrics"].items():
+                    totals[key] = totals.get(key, 0.0) + value * n
+                    weight[key] = weight.get(key, 0.0) + n
+                last.update(status["last"])
+        self.fits += 1
+        out = {key: totals[key] / weight[key] for key in totals}
+        out.update(last)
+        return out
+
+    def _dp(self):
+        """(dp_size, all_reduce) over this actor group's data-parallel ranks; (1, None) in one process."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return 1, None
+        mesh = getattr(self.strategy, "ds_device_mesh", None)
+        group = mesh["dp"].get_group() if mesh is not None else None
+        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+
+        def reduce(t: torch.Tensor) -> torch.Tensor:
+            t = t.to(device)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+            return t.cpu()
+
+        return dist.get_world_size(group=group), reduce
+
+    def training_step(self, experience, kl_ctl: float, step: int, loss_batch_info=None) -> dict:
+        """Forward, HACPO loss (:func:`.loss.microbatch_loss`), DeepSpeed backward and optimizer step.
+
+        ``loss_batch_info`` carries ``{"norm": StepNorm}`` from :meth:`ppo_train`; ``kl_ctl`` is unused
+        (β comes from the loss spec: KL as a loss on own rows, never in the reward)."""
+        norm: StepNorm = loss_batch_info["norm"]
+        self.actor.train()
+        logp, _ = self.actor(
+            experience.sequences,
+            experience.action_mask,
+            attention_mask=experience.attention_mask,
+            return_output=True,
+            ring_attn_group=self.strategy.ring_attn_group,
+        )
+        loss, metrics = microbatch_loss(logp, experience, self.spec, norm)
+        self.strategy.backward(loss, self.actor, self.actor_optim)
+        self.strategy.optimizer_step(self.actor_optim, self.actor, self.actor_scheduler, name="actor")
+        last = {"actor_lr": float(self.actor_scheduler.get_last_lr()[0]), "update": float(norm.m)}
+        grad_norm = self.strategy.get_grad_norm(self.actor)
+        if grad_norm is not None:
+            last["grad_norm"] = float(grad_norm)
+        return {
+            "metrics": {k: metrics[k] for k in STATUS_KEYS if k in metrics},
+            "last": last,
+            "num_samples": float(experience.action_mask.shape[0]),
+            "loss": loss.detach(),
+        }
+
+
+class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
+    """OpenRLHF's policy actor (DeepSpeed model, optimizer, checkpoints, weight sync) with HACPO's trainer.
+
+    ``init_model_from_pretrained`` is OpenRLHF's; :meth:`use_hacpo` then turns the ``ActorPPOTrainer`` it
+    built into a :class:`HacpoActorTrainer` in place (re-creating it would open a second vLLM sync group).
+    """
+
+    def use_hacpo(self, spec: dict, order: str = "mixed", seed: int = 0) -> None:
+        self.trainer.__class__ = HacpoActorTrainer
+        self.trainer.configure(LossSpec(**spec), order, seed)
+
+
+def policy_actor_class(num_gpus: float = 1):
+    """The Ray actor class for a HACPO learner (``RayActorGroup(..., policy_actor_class(), ...)``)."""
+    import ray
+
+    return ray.remote(num_gpus=num_gpus)(HacpoPolicyActor)
