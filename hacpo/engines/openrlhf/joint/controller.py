@@ -1,0 +1,168 @@
+"""One joint step over n ≥ 2 agents, in the order of spec §5 (issue 11).
+
+The controller owns the step's order and HACPO's bookkeeping; each agent is an :class:`AgentStack` that
+generates, scores and trains its own model (on OpenRLHF: its vLLM engines and DeepSpeed actor/reference
+groups, :mod:`.stack`). Per step:
+
+1. the same prompt batch for every agent, each rendered with the agent's own chat template; G samples
+   each (:meth:`AgentStack.generate`), grouped by an explicit prompt id (:func:`assign_prompt_ids`);
+2. the capability window takes every agent's step accuracy; ω for this step (§3.1);
+3. every agent's old and reference log-probs on its own samples, all before any update
+   (:meth:`AgentStack.score`), which fix the ratio denominators (:func:`.rows.mark_own`);
+4. per learner: own rows + every other agent's rows in its token space (:func:`.rows.cross_rows`),
+   capability-aware advantages (:func:`.rows.assign_advantages`);
+5. the learners' updates one after the other (:meth:`AgentStack.train`), then every agent's weights to its
+   engines (:meth:`AgentStack.sync`).
+
+Metrics use the local engine's keys (``<agent>/reward``, ``<agent>/p_hat``, ``omega``, the loss metrics
+per agent, ``time/<phase>_s``), so reports read both engines alike.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import torch
+
+from hacpo.agents.prompting import prompt_text
+from hacpo.algo import CapabilityTracker
+from hacpo.algo.methods import Method
+from hacpo.data.synthetic import Problem
+from hacpo.engines.phases import Phases
+
+from . import rows as R
+
+
+class AgentStack(Protocol):
+    """What the controller needs of one agent (its model, engines and optimizer live behind it)."""
+
+    name: str
+    tokenizer: object
+
+    def generate(self, prompts: list[str], labels: list[str], n: int) -> list:
+        """``n`` samples per prompt text as single-row ``Experience``s with reward and ``prompts`` set
+        (any order: rows are matched to prompts by their text)."""
+
+    def score(self, rows: list) -> list:
+        """The same rows with ``action_log_probs`` (this agent's pre-update policy) and, for the KL,
+        ``base_action_log_probs`` (its reference), as OpenRLHF's ``make_experience`` attaches them."""
+
+    def train(self, rows: list) -> dict:
+        """One learner's updates on its rows (own + cross); returns the step's loss metrics."""
+
+    def sync(self) -> None:
+        """Send the updated weights to the agent's generation engines."""
+
+
+def assign_prompt_ids(rows: Sequence, texts: Sequence[str], n: int) -> list[int]:
+    """Prompt id (index into ``texts``) of every row, from the prompt text each row carries.
+
+    Rows may come back in any order. Two prompt ids with the same text (a problem drawn twice) share
+    their rows out in arrival order, ``n`` each. Anything else (a missing or extra sample) is an error.
+    """
+    by_text: dict[str, list[int]] = defaultdict(list)
+    for pid, text in enumerate(texts):
+        by_text[text].append(pid)
+    seen: dict[str, int] = defaultdict(int)
+    out = []
+    for row in rows:
+        text = row.prompts[0]
+        if text not in by_text:
+            raise ValueError(f"a generated row's prompt is not in this step's batch: {text[:80]!r}")
+        slot = seen[text]
+        seen[text] += 1
+        pids = by_text[text]
+        if slot >= n * len(pids):
+            raise ValueError(f"more than {n} samples for a prompt of this step: {text[:80]!r}")
+        out.append(pids[slot // n])
+    missing = [t for t, pids in by_text.items() if seen[t] != n * len(pids)]
+    if missing:
+        raise ValueError(f"{len(missing)} prompt(s) got fewer than {n} samples, e.g. {missing[0][:80]!r}")
+    return out
+
+
+@dataclass
+class JointStep:
+    """The per-step procedure over ``stacks`` (agent order = the config's agent order)."""
+
+    stacks: list[AgentStack]
+    method: Method
+    group_size: int  # G per agent (× the method's rollout multiplier)
+    max_new_tokens: int
+    max_len: int
+    prompt_style: str = "paper"
+    cross_eos: str = "strip"
+    capability_window: int = 5
+    omega_warmup_steps: int = 0
+    phase: Phases = field(default_factory=Phases)
+    tracker: CapabilityTracker = None
+
+    def __post_init__(self):
+        if len(self.stacks) < 2 and self.method.joint:
+            raise ValueError(f"method {self.method.name!r} learns from other agents: give at least 2 agents")
+        if self.tracker is None:
+            self.tracker = CapabilityTracker(
+                len(self.stacks), window=self.capability_window, warmup_steps=self.omega_warmup_steps
+            )
+
+    def run(self, step: int, problems: Sequence[Problem]) -> dict:
+        t0 = time.perf_counter()
+        before = self.phase.snapshot()
+        n_agents, g = len(self.stacks), self.group_size * self.method.rollout_multiplier
+        labels = [p.answer for p in problems]
+        own = []
+        for stack in self.stacks:
+            texts = [prompt_text(stack.tokenizer, p, self.prompt_style) for p in problems]
+            with self.phase("generate"):
+                rows = stack.generate(texts, labels, g)
+            own.append((rows, assign_prompt_ids(rows, texts, g)))
+        rewards = [torch.stack([r.rewards.reshape(()).float() for r in rows]) for rows, _ in own]
+        p_hat = self.tracker.update(rewards)
+        omegas = self.tracker.omegas()
+        with self.phase("logprobs"):  # every agent's old log-probs before any update (§5 stage 2)
+            for k, (stack, (rows, pids)) in enumerate(zip(self.stacks, own, strict=True)):
+                scored = stack.score(rows)
+                R.mark_own(scored, k, pids)
+                own[k] = (scored, pids)
+        with self.phase("retokenize"):
+            buffers = [self.rows_for(k, [rows for rows, _ in own], omegas) for k in range(n_agents)]
+        row: dict = {"step": step}
+        for k, stack in enumerate(self.stacks):
+            rows = own[k][0]
+            row[f"{stack.name}/reward"] = float(rewards[k].mean())
+            row[f"{stack.name}/p_hat"] = float(p_hat[k])
+            row[f"{stack.name}/response_tokens"] = sum(float(r.action_mask.sum()) for r in rows) / len(rows)
+        if n_agents > 1:
+            row["omega"] = omegas.tolist()
+        for k, stack in enumerate(self.stacks):
+            with self.phase("update"):
+                status = stack.train(buffers[k])
+            row.update({f"{stack.name}/{key}": float(v) for key, v in status.items()})
+        with self.phase("sync"):
+            for stack in self.stacks:
+                stack.sync()
+        spent = self.phase.since(before)
+        row["time/step_s"] = time.perf_counter() - t0
+        gen_tokens = sum(float(r.action_mask.sum()) for rows, _ in own for r in rows)
+        row["time/tokens_per_s"] = gen_tokens / max(spent.get("generate", 0.0), 1e-9)
+        row.update({f"time/{name}_s": t for name, t in spent.items()})
+        return row
+
+    def rows_for(self, k: int, own: list[list], omegas: torch.Tensor) -> list:
+        """Learner k's rows: its own, plus (joint methods) every other agent's in k's token space."""
+        learner = self.stacks[k]
+        rows = list(own[k])
+        if self.method.joint:
+            prompts = R.learner_prompts(own[k])
+            for j, source in enumerate(self.stacks):
+                if j != k:
+                    rows += R.cross_rows(
+                        own[j], source.tokenizer, learner.tokenizer, prompts, float(omegas[j, k]),
+                        self.max_new_tokens, self.max_len, self.cross_eos,
+                    )  # fmt: skip
+        R.assign_advantages(rows, k, len(self.stacks), omegas, self.method)
+        return rows
