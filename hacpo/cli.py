@@ -104,12 +104,20 @@ def cmd_train(args) -> int:
         opts = cfg.openrlhf or OpenRLHFOptions()
         if opts.gpus_per_node is None:
             raise ValueError("the OpenRLHF engine needs `openrlhf: {gpus_per_node: N}` in the run config")
-        if args.print_command:  # what the job would run, as one shell line (nothing is written)
+        if args.print_command:  # what the job would run, as shell lines (nothing is written)
             import shlex
 
-            from hacpo.engines.openrlhf.command import Layout, build_command
+            from hacpo.engines.openrlhf.command import Layout, build_command, joint_agent_args
 
-            print(shlex.join(build_command(cfg, opts, Layout(Path(cfg.out_dir)))))
+            layout = Layout(Path(cfg.out_dir))
+            if not cfg.resolved_method().joint:
+                print(shlex.join(build_command(cfg, opts, layout)))
+                return 0
+            from hacpo.engines.openrlhf.runner import joint_command
+
+            print(shlex.join(joint_command(cfg, opts, layout)))
+            for k, agent in enumerate(cfg.agents):  # each agent's OpenRLHF arguments (in joint.json)
+                print(f"# {agent.name}: " + shlex.join(joint_agent_args(cfg, opts, layout, k)))
             return 0
         engine_train = functools.partial(train, opts=opts)
     else:

@@ -80,10 +80,65 @@ def test_grpo_and_the_gspo_variants_follow_the_method_record():
     assert half["train.max_epochs"] == ["1"] and half["train.batch_size"] == ["256"]
 
 
+def joint_run(pair: str, method: str = "hacpo", paper=PAPER) -> TrainConfig:
+    pipe = Pipeline(paper)
+    return TrainConfig.model_validate(pipe.train_config(pipe.run_at("joint", pair, method, 42)))
+
+
+def test_joint_runs_get_one_openrlhf_stack_per_agent(tmp_path):
+    """A joint run: the driver's command, and per agent its own model, prompt file, checkpoints and GPUs,
+    GSPO's flags for its own samples, n·B·G rows per learner in mini-batches of 512 (4 updates per step)."""
+    from hacpo.engines.openrlhf.command import joint_agent_args
+    from hacpo.engines.openrlhf.runner import joint_command
+
+    cfg = joint_run("q1p7b_q4b")
+    layout = Layout(tmp_path)
+    assert joint_command(cfg, cfg.openrlhf, layout)[1:3] == ["-m", "hacpo.engines.openrlhf.joint.driver"]
+    per_agent = [
+        flags(["python", "-m", "x", *joint_agent_args(cfg, cfg.openrlhf, layout, k)]) for k in range(2)
+    ]
+    for agent, f in zip(cfg.agents, per_agent, strict=True):
+        assert f["actor.model_name_or_path"] == [agent.path]  # not downloaded here: kept as given
+        assert f["data.prompt_dataset"] == [
+            str(tmp_path.resolve() / "openrlhf" / "agents" / agent.name / "prompts.jsonl")
+        ]
+        assert f["ckpt.path"] == [str(tmp_path.resolve() / "openrlhf" / "agents" / agent.name / "ckpt")]
+        assert f["actor.num_gpus_per_node"] == ["8"] and f["vllm.num_engines"] == ["8"]  # all 8 GPUs, shared
+        assert f["actor.policy_loss_type"] == ["gspo"] and f["actor.eps_clip_low_high"] == [
+            "0.0003",
+            "0.0004",
+        ]
+        assert f["rollout.n_samples_per_prompt"] == ["8"] and f["train.batch_size"] == ["512"]
+        assert "algo.kl.use_loss" in f and f["algo.kl.init_coef"] == ["0.001"]
+    assert per_agent[0]["actor.model_name_or_path"] != per_agent[1]["actor.model_name_or_path"]
+    with pytest.raises(ValueError, match="do not split into mini-batches"):
+        joint_agent_args(cfg.model_copy(update={"minibatch_size": 1536}), cfg.openrlhf, layout, 0)
+
+
+def test_joint_gpu_split_and_hybrid_placement(tmp_path):
+    from hacpo.engines.openrlhf.command import gpu_fraction, joint_agent_args
+
+    paper = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    paper["pairs"]["q1p7b_q4b"] |= {"gpus": 12, "gpu_split": [4, 8]}  # the 4B model gets twice the GPUs
+    cfg = joint_run("q1p7b_q4b", paper=paper)
+    assert cfg.openrlhf.agent_gpus == [4, 8] and cfg.openrlhf.gpus_per_node == 12
+    gpus = [
+        flags(["p", "-m", "x", *joint_agent_args(cfg, cfg.openrlhf, Layout(tmp_path), k)]) for k in range(2)
+    ]
+    assert [g["actor.num_gpus_per_node"] for g in gpus] == [["4"], ["8"]]
+    assert [g["vllm.num_engines"] for g in gpus] == [["4"], ["8"]]
+    paper["pairs"]["q1p7b_q4b"]["gpu_split"] = [4, 7]
+    with pytest.raises(ValueError, match="gpu_split"):
+        Pipeline(paper)
+    # hybrid engine: n agents' vLLM at 0.2 each plus n actors and n references on every GPU
+    assert [gpu_fraction(n) for n in (1, 2, 3, 4)] == [0.4, 0.15, 0.06, 0.02]
+    with pytest.raises(ValueError, match="at most 4 agents"):
+        gpu_fraction(5)
+
+
 def test_joint_methods_and_bad_arithmetic_fail_with_the_fix(tmp_path):
-    pipe = Pipeline(PAPER)
-    cfg = TrainConfig.model_validate(pipe.train_config(pipe.run_at("joint", "q1p7b_q4b", "hacpo", 42)))
-    with pytest.raises(ValueError, match="issue 11"):
+    cfg = joint_run("q1p7b_q4b")
+    with pytest.raises(ValueError, match="joint driver"):
         build_command(cfg, cfg.openrlhf, Layout(tmp_path))
     with pytest.raises(ValueError, match="do not split into mini-batches"):
         argv_of(paper_run("gspo", minibatch_size=500))

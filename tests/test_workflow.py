@@ -110,12 +110,14 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
 
 def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(tmp_path):
     """engine: openrlhf — every single-agent run is an OpenRLHF job (its command line built from the job's own
-    params, as `hacpo train --print-command` prints it) on the GPUs of its model; every evaluation a vLLM job
-    on the evaluation's tensor-parallel GPUs."""
+    params, as `hacpo train --print-command` prints it) on the GPUs of its model; every joint run HACPO's
+    driver over one OpenRLHF stack per agent, on the pair's GPUs; every evaluation a vLLM job on the
+    evaluation's tensor-parallel GPUs."""
     import shlex
 
     from hacpo.config import load_train_config
-    from hacpo.engines.openrlhf.command import Layout, build_command
+    from hacpo.engines.openrlhf.command import Layout, build_command, joint_agent_args
+    from hacpo.engines.openrlhf.runner import joint_command
 
     args = [*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "paper.yaml"),
             "--workflow-profile", str(ROOT / "profiles" / "slurm"), "--directory", str(tmp_path)]  # fmt: skip
@@ -134,6 +136,17 @@ def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(
         argv = build_command(cfg, cfg.openrlhf, Layout(tmp_path / cfg.out_dir))
         assert argv[1:3] == ["-m", "openrlhf.cli.train_ppo_ray"]
         assert argv[argv.index("--actor.num_gpus_per_node") + 1] == "8"
+    joints = [j for j in trains if "kind=joint" in j]
+    assert len(joints) == 27
+    for job in joints:
+        cmd = shlex.split(job[job.index("Shell command: ") + 15 :].splitlines()[0])
+        cfg = load_train_config(cmd[2])
+        assert cfg.resolved_method().joint and len(cfg.agents) == 2
+        layout = Layout(tmp_path / cfg.out_dir)
+        assert joint_command(cfg, cfg.openrlhf, layout)[1:3] == ["-m", "hacpo.engines.openrlhf.joint.driver"]
+        for k in range(len(cfg.agents)):
+            args = joint_agent_args(cfg, cfg.openrlhf, layout, k)
+            assert args[args.index("--actor.num_gpus_per_node") + 1] == "8"  # both agents on all 8 (shared)
     for job in evals:
         assert "gpu=1" in job and "--engine vllm" in job, job[:300]
         assert '"vllm":{' in job and '"tensor_parallel_size":1' in job

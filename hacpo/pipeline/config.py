@@ -136,6 +136,8 @@ class Pair(_Strict):
     heterogeneity: Literal["state", "size", "model"] | None = None
     hacpo: PairHyper = PairHyper()
     gpus: int = Field(0, ge=0)
+    # OpenRLHF: each agent's GPUs (in agent order, summing to `gpus`); unset: all agents share all GPUs
+    gpu_split: list[int] | None = None
     train: TrainOverrides
     paper: PaperRef | None = None
 
@@ -145,6 +147,15 @@ class Pair(_Strict):
     def _distinct(self):
         if len(set(self.agents)) != len(self.agents):
             raise ValueError(f"a pair needs distinct models, got {self.agents}")
+        if self.gpu_split is not None and (
+            len(self.gpu_split) != len(self.agents)
+            or sum(self.gpu_split) != self.gpus
+            or min(self.gpu_split) < 1
+        ):
+            raise ValueError(
+                f"gpu_split {self.gpu_split} must give each of the {len(self.agents)} agents ≥ 1 GPU, "
+                f"{self.gpus} (the pair's gpus) in all"
+            )
         if self.paper and len(self.paper.models) != len(self.agents):
             raise ValueError("paper.models must list one paper model per agent")
         return self
@@ -354,6 +365,11 @@ class PipelineConfig(_Strict):
                         errs.append(
                             f"{what}.{name}.gpus: the OpenRLHF engine needs a positive multiple of "
                             f"openrlhf.nodes={nodes}, got {g.gpus}"
+                        )
+                    if getattr(g, "gpu_split", None) and any(x % nodes for x in g.gpu_split):
+                        errs.append(
+                            f"{what}.{name}.gpu_split: every agent's GPUs must be a multiple of "
+                            f"openrlhf.nodes={nodes}, got {g.gpu_split}"
                         )
         for name, b in self.benchmarks.items():
             need(f"benchmarks.{name}.dataset", b.dataset, self.datasets, "dataset")

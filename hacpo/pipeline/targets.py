@@ -192,6 +192,9 @@ class Pipeline:
         if cfg.engine == "openrlhf":  # the GPU split is the run's `gpus` over openrlhf.nodes
             opts = cfg.openrlhf.model_dump(exclude={"eval"}, exclude_none=True)
             engine["openrlhf"] = {**opts, "gpus_per_node": self.gpus(run) // cfg.openrlhf.nodes}
+            split = cfg.pairs[run.group].gpu_split if run.kind == "joint" else None
+            if split:
+                engine["openrlhf"]["agent_gpus"] = [g // cfg.openrlhf.nodes for g in split]
         return {
             **engine,
             **self.train_settings(run),

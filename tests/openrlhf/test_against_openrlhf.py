@@ -407,7 +407,7 @@ def _wait_for(predicate, timeout_s: float, what: str):
 
 def _ray_job_command(code: str) -> str:
     hacpo = Path(sys.executable).with_name("hacpo")
-    return f"{hacpo} ray-job -- {sys.executable} -c \"{code}\""
+    return f'{hacpo} ray-job -- {sys.executable} -c "{code}"'
 
 
 def test_ray_job_through_slurm(slurm_cluster, tmp_path):

@@ -1,8 +1,6 @@
 """The joint step (issue 11) end to end on CPU: three warmed-up toy agents (two share the character tokenizer,
-one has the word tokenizer), each behind an agent stack made of OpenRLHF's own pieces — its ``Actor`` for
-log-probs, ``_process_response_into_experience`` for rows, our reward file for rewards, ``HacpoActorTrainer``
-for updates (DeepSpeed's accumulation contract played by a plain optimizer). Generation is Hugging Face
-sampling instead of vLLM, the one part that needs a GPU.
+one has the word tokenizer), each behind an agent stack made of OpenRLHF's own pieces (cpu_stack.py: its
+``Actor``, rows, our reward file, ``HacpoActorTrainer``; Hugging Face sampling stands in for vLLM).
 
 Checks: the step's order (every agent generates, then every agent scores, before any update; updates one
 learner after the other; weights synced last), prompt-id grouping from the rows' own prompt texts, metrics
@@ -26,117 +24,13 @@ import gpu_only_modules  # noqa: E402
 
 gpu_only_modules.install()
 
-from openrlhf.models import Actor  # noqa: E402
-from openrlhf.trainer.ppo_utils.experience import (  # noqa: E402
-    Experience,
-    remove_padding_in_sequences,
-    split_experience_batch,
-)
-from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
+from cpu_stack import MAX_LEN, MAX_NEW, CpuStack  # noqa: E402
 
 from hacpo.algo import get_method  # noqa: E402
 from hacpo.data.synthetic import read_jsonl  # noqa: E402
-from hacpo.engines.openrlhf.joint.actor import HacpoActorTrainer  # noqa: E402
 from hacpo.engines.openrlhf.joint.controller import JointStep, assign_prompt_ids  # noqa: E402
-from hacpo.engines.openrlhf.reward_func import reward_func  # noqa: E402
 
-G, B, MAX_NEW, MAX_LEN = 4, 6, 16, 64
-
-
-class PlainStrategy:
-    """DeepSpeed as the trainer uses it: loss/gas per backward, clip + step every gas micro-batches."""
-
-    ring_attn_group = None
-
-    def __init__(self, gas: int, optimizer):
-        self.accumulated_gradient, self.optimizer, self.micro = gas, optimizer, 0
-
-    def backward(self, loss, model, optimizer):
-        (loss / self.accumulated_gradient).backward()
-
-    def optimizer_step(self, optimizer, model, scheduler, name="actor"):
-        self.micro += 1
-        if self.micro % self.accumulated_gradient == 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-
-    def get_grad_norm(self, model):
-        return None
-
-
-class CpuStack:
-    """An agent stack from OpenRLHF's pieces on CPU (see the module docstring); records the calls it gets."""
-
-    def __init__(self, name: str, path: Path, calls: list, spec, seed: int, gas: int = 2, micro: int = 4):
-        self.name, self.calls, self.seed = name, calls, seed
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.actor = Actor(str(path), attn_implementation="sdpa", param_dtype="bf16").float().train()
-        self.ref = Actor(str(path), attn_implementation="sdpa", param_dtype="bf16").float().eval()
-        optimizer = torch.optim.AdamW(self.actor.parameters(), lr=1e-3)
-        trainer = HacpoActorTrainer.__new__(HacpoActorTrainer)  # OpenRLHF's __init__ needs torch.distributed
-        trainer.args = SimpleNamespace(train=SimpleNamespace(dynamic_batch_enable=False))
-        trainer.strategy, trainer.actor, trainer.actor_optim = (
-            PlainStrategy(gas, optimizer),
-            self.actor,
-            optimizer,
-        )
-        trainer.actor_scheduler = SimpleNamespace(get_last_lr=lambda: [1e-3])
-        trainer.micro_train_batch_size, trainer.max_epochs = micro, 1
-        trainer.replay_buffer = SimpleNamespace(items=[])
-        trainer.configure(spec, "mixed", seed)
-        self.trainer = trainer
-
-    def generate(self, prompts, labels, n):
-        self.calls.append(("generate", self.name))
-        tok, rows = self.tokenizer, []
-        gen = torch.Generator().manual_seed(self.seed)
-        for prompt, label in reversed(list(zip(prompts, labels, strict=True))):  # arrival order is not ours
-            ids = tok(prompt, add_special_tokens=False)["input_ids"]
-            torch.manual_seed(int(torch.randint(0, 2**31, (1,), generator=gen)))
-            with torch.no_grad():
-                out = self.actor.model.generate(
-                    torch.tensor([ids] * n), attention_mask=torch.ones(n, len(ids), dtype=torch.long),
-                    do_sample=True, max_new_tokens=MAX_NEW, eos_token_id=tok.eos_token_id,
-                    pad_token_id=tok.pad_token_id, top_p=1.0, temperature=1.0,
-                )  # fmt: skip
-            for seq in out.tolist():
-                resp = seq[len(ids) :]
-                if tok.eos_token_id in resp:
-                    resp = resp[: resp.index(tok.eos_token_id) + 1]
-                query = tok.decode(ids + resp, skip_special_tokens=False)
-                reward = reward_func([query], [prompt], [label])
-                response = {
-                    "observation_tokens": ids + resp, "action_ranges": [(len(ids), len(ids) + len(resp))],
-                    "reward": float(reward["rewards"][0]), "scores": float(reward["scores"][0]),
-                    "extra_logs": reward["extra_logs"], "rollout_log_probs": None,
-                    "truncated": tok.eos_token_id not in resp, "prompt": prompt, "label": label,
-                }  # fmt: skip
-                rows.append(
-                    SamplesGenerator._process_response_into_experience(None, response, max_len=MAX_LEN)
-                )
-        return rows
-
-    def score(self, rows):
-        self.calls.append(("score", self.name))
-        batch = Experience.concat_experiences(rows, self.tokenizer.pad_token_id)
-        with torch.no_grad():
-            batch.action_log_probs = self.actor(batch.sequences, batch.action_mask, batch.attention_mask)
-            batch.base_action_log_probs = self.ref(batch.sequences, batch.action_mask, batch.attention_mask)
-        batch.info["kl"] = torch.zeros(len(rows))
-        return remove_padding_in_sequences(split_experience_batch(batch))
-
-    def train(self, rows):
-        self.calls.append(("train", self.name))
-        self.trainer.replay_buffer.items = rows
-        try:
-            return self.trainer.ppo_train()
-        finally:
-            self.trainer.replay_buffer.items = []
-
-    def sync(self):
-        self.calls.append(("sync", self.name))
+G, B = 4, 6
 
 
 @pytest.fixture(scope="module")

@@ -38,8 +38,6 @@ from hacpo.config import TrainConfig
 
 from .options import OpenRLHFOptions
 
-ISSUE_JOINT = "issue 11"
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -75,13 +73,44 @@ class Layout:
     def log(self) -> Path:
         return self.root / "train.log"
 
+    # joint runs (issue 11): one OpenRLHF agent stack per agent, the controller's state beside them
+    def agent(self, name: str) -> AgentLayout:
+        return AgentLayout(self.root / "agents" / name)
+
+    @property
+    def joint_spec(self) -> Path:  # the driver's input: run config and every agent's OpenRLHF arguments
+        return self.root / "joint.json"
+
+    @property
+    def joint_state(self) -> Path:  # step and capability window of the newest complete joint checkpoint
+        return self.root / "joint_state.json"
+
+
+@dataclass(frozen=True)
+class AgentLayout:
+    """One agent's OpenRLHF files in a joint run: its prompt file, DeepSpeed/HF checkpoints, final model."""
+
+    root: Path
+
+    @property
+    def prompts(self) -> Path:
+        return self.root / "prompts.jsonl"
+
+    @property
+    def ckpt(self) -> Path:
+        return self.root / "ckpt"
+
+    @property
+    def final(self) -> Path:
+        return self.root / "final"
+
 
 def check_single_agent(cfg: TrainConfig) -> None:
     method = cfg.resolved_method()
     if method.joint:
         raise ValueError(
-            f"method {cfg.method!r} is collaborative: the OpenRLHF joint trainer arrives with {ISSUE_JOINT}; "
-            "train it with the local engine (`--engine local`) meanwhile"
+            f"method {cfg.method!r} is collaborative: it runs on HACPO's joint driver over one OpenRLHF "
+            "stack per agent (joint_agent_args), not on train_ppo_ray"
         )
 
 
@@ -114,101 +143,193 @@ def build_command(
     layout = Layout(Path(layout.run_dir).resolve())
     method = cfg.resolved_method()
     (agent,) = cfg.agents
-    gpus_per_node, nodes = opts.gpus_per_node, opts.nodes
-    total = opts.total_gpus
+    rows = cfg.prompts_per_step * cfg.group_size * method.rollout_multiplier
+    args = _train_args(
+        cfg, opts, agent, layout.prompts, layout.ckpt, layout.final, layout, rows, opts.gpus_per_node
+    )
+    if cfg.val_file and cfg.val_size and cfg.val_every:  # greedy pass@1 on the validation file
+        args += _flag("eval.dataset", layout.validation) + _flag("eval.steps", cfg.val_every)
+        args += _flag("eval.temperature", 0.0) + _flag("eval.n_samples_per_prompt", 1)
+    args += _flag("logger.wandb.run_name", f"{cfg.method}-{agent.name}-seed{cfg.seed}")
+    return [python, "-m", "openrlhf.cli.train_ppo_ray", *args, *opts.extra_args]
+
+
+def agent_gpus(cfg: TrainConfig, opts: OpenRLHFOptions) -> list[int]:
+    """GPUs per node of each agent of a joint run: all of them, shared (hybrid engine, every agent asleep
+    while another works), or the split ``openrlhf.agent_gpus`` gives."""
+    n = len(cfg.agents)
+    if opts.agent_gpus is None:
+        return [opts.gpus_per_node] * n
+    if len(opts.agent_gpus) != n or sum(opts.agent_gpus) != opts.gpus_per_node:
+        raise ValueError(
+            f"openrlhf.agent_gpus {opts.agent_gpus} must give each of the {n} agents its GPUs per node, "
+            f"{opts.gpus_per_node} in all"
+        )
+    return list(opts.agent_gpus)
+
+
+VLLM_HYBRID_FRACTION = 0.2  # create_vllm_engines' share per TP=1 engine in a shared placement group
+
+
+def gpu_fraction(n_agents_sharing: int, with_ref: bool = True) -> float:
+    """GPU (and CPU) share of each DeepSpeed actor/reference when ``n`` agents share every GPU bundle.
+
+    Each bundle holds n vLLM engines at 0.2 (OpenRLHF's fixed share) plus n actors and n references, so
+    f = (1 − 0.2·n) / (n · (1 + with_ref)), rounded down to 0.01. Ray fractions only place actors; memory
+    is what the sleep modes manage.
+    """
+    per_agent = 2 if with_ref else 1
+    left = 1.0 - VLLM_HYBRID_FRACTION * n_agents_sharing
+    f = int(100 * left / (n_agents_sharing * per_agent)) / 100
+    if f <= 0:
+        most = round(1 / VLLM_HYBRID_FRACTION) - 1
+        raise ValueError(
+            f"{n_agents_sharing} agents cannot share every GPU in OpenRLHF's hybrid engine (vLLM takes "
+            f"{VLLM_HYBRID_FRACTION} of a GPU per agent: at most {most} agents); give each agent its own "
+            "GPUs with the pair's gpu_split"
+        )
+    return f
+
+
+def joint_agent_args(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, k: int) -> list[str]:
+    """Agent k's OpenRLHF arguments in a joint run (the driver parses them with OpenRLHF's own parser).
+
+    The agent's own samples get GSPO's flags (HACPO's own term, §3.6); the cross term, advantages and
+    stepwise bound are HACPO's trainer's (:mod:`.joint.actor`), which reads them from the run config. A
+    learner trains on n·B·G rows per step (own and cross), in mini-batches of ``minibatch_size``.
+    """
+    layout = Layout(Path(layout.run_dir).resolve())
+    method = cfg.resolved_method()
+    if not method.joint:
+        raise ValueError(
+            f"method {cfg.method!r} is single-agent: build_command runs it on OpenRLHF's trainer"
+        )
+    if method.rollout_multiplier != 1 or method.epochs != 1:
+        raise ValueError(
+            f"joint method {cfg.method!r}: the OpenRLHF joint trainer samples G and runs one epoch"
+        )
+    agent = cfg.agents[k]
+    paths = layout.agent(agent.name)
+    rows = len(cfg.agents) * cfg.prompts_per_step * cfg.group_size
+    gpus = agent_gpus(cfg, opts)[k]
+    args = _train_args(
+        cfg, opts, agent, paths.prompts, paths.ckpt, paths.final, layout, rows, gpus, gspo=True
+    )
+    args += _flag(
+        "logger.wandb.run_name", f"{cfg.method}-{'-'.join(a.name for a in cfg.agents)}-seed{cfg.seed}"
+    )
+    return args + list(opts.extra_args)
+
+
+def _train_args(
+    cfg: TrainConfig,
+    opts: OpenRLHFOptions,
+    agent,
+    prompts: Path,
+    ckpt: Path,
+    final: Path,
+    layout: Layout,
+    rows_per_learner: int,
+    gpus_per_node: int,
+    *,
+    gspo: bool = False,
+) -> list[str]:
+    """``train_ppo_ray`` arguments of one agent (no program name): model, GPUs, data, rollout, mini-batches,
+    loss (the method's, or GSPO's own term for a joint learner), optimiser, checkpoints, logging, reward."""
+    method = cfg.resolved_method()
+    nodes = opts.nodes
+    total = nodes * gpus_per_node
     spec = cfg.loss_spec()
     samples = cfg.group_size * method.rollout_multiplier
     update_size = max(1, cfg.minibatch_size // method.minibatch_divisor)
-    rollout_rows = cfg.prompts_per_step * samples
-    if rollout_rows % update_size:
+    if rows_per_learner % update_size:
         raise ValueError(
-            f"{rollout_rows} sequences per step do not split into mini-batches of {update_size}: OpenRLHF "
-            "drops the remainder; choose minibatch_size dividing prompts_per_step × group_size"
+            f"{rows_per_learner} sequences per step do not split into mini-batches of {update_size}: "
+            "OpenRLHF drops the remainder; choose a minibatch_size dividing a learner's rows per step"
         )
     if update_size % (total * opts.micro_train_batch_size):
         raise ValueError(
             f"a mini-batch of {update_size} sequences does not split over {total} GPUs × "
             f"micro_train_batch_size {opts.micro_train_batch_size}"
         )
+    if total % opts.vllm_tensor_parallel_size:
+        raise ValueError(
+            f"{total} GPUs of agent {agent.name!r} do not split into vLLM engines of tensor_parallel_size "
+            f"{opts.vllm_tensor_parallel_size}"
+        )
 
-    argv = [python, "-m", "openrlhf.cli.train_ppo_ray"]
+    args: list[str] = []
     model = Path(agent.path).resolve() if Path(agent.path).exists() else agent.path  # a path or a Hub id
-    argv += _flag("actor.model_name_or_path", model)
-    argv += _flag("actor.num_nodes", nodes) + _flag("actor.num_gpus_per_node", gpus_per_node)
+    args += _flag("actor.model_name_or_path", model)
+    args += _flag("actor.num_nodes", nodes) + _flag("actor.num_gpus_per_node", gpus_per_node)
     if spec.kl_beta > 0:  # a reference group exists only with a KL term
-        argv += _flag("ref.num_nodes", nodes) + _flag("ref.num_gpus_per_node", gpus_per_node)
-    argv += _flag("vllm.num_engines", total // opts.vllm_tensor_parallel_size)
-    argv += _flag("vllm.tensor_parallel_size", opts.vllm_tensor_parallel_size)
-    argv += _flag("vllm.gpu_memory_utilization", opts.vllm_gpu_memory_utilization)
+        args += _flag("ref.num_nodes", nodes) + _flag("ref.num_gpus_per_node", gpus_per_node)
+    args += _flag("vllm.num_engines", total // opts.vllm_tensor_parallel_size)
+    args += _flag("vllm.tensor_parallel_size", opts.vllm_tensor_parallel_size)
+    args += _flag("vllm.gpu_memory_utilization", opts.vllm_gpu_memory_utilization)
     if opts.enable_prefix_caching:
-        argv += _flag("vllm.enable_prefix_caching")
+        args += _flag("vllm.enable_prefix_caching")
     if opts.colocate:
-        argv += _flag("train.colocate_all")
+        args += _flag("train.colocate_all")
     if opts.sleep:
-        argv += _flag("vllm.enable_sleep") + _flag("ds.enable_sleep")
-    argv += _flag("ds.zero_stage", opts.zero_stage) + _flag("ds.param_dtype", opts.param_dtype)
-    argv += _flag("ds.attn_implementation", opts.attn_implementation)
+        args += _flag("vllm.enable_sleep") + _flag("ds.enable_sleep")
+    args += _flag("ds.zero_stage", opts.zero_stage) + _flag("ds.param_dtype", opts.param_dtype)
+    args += _flag("ds.attn_implementation", opts.attn_implementation)
     if opts.packing_samples:
-        argv += _flag("ds.packing_samples")
+        args += _flag("ds.packing_samples")
     if opts.gradient_checkpointing:
-        argv += _flag("actor.gradient_checkpointing_enable")
+        args += _flag("actor.gradient_checkpointing_enable")
     if opts.adam_offload:
-        argv += _flag("ds.adam_offload")
+        args += _flag("ds.adam_offload")
 
     # data: pre-rendered prompts (the agent's chat template, thinking off), one episode of exactly `steps`
-    argv += _flag("data.prompt_dataset", layout.prompts) + _flag("data.input_key", "prompt")
-    argv += _flag("data.label_key", "answer") + _flag("data.max_samples", cfg.steps * cfg.prompts_per_step)
-    argv += _flag("data.max_len", opts.max_prompt_tokens + cfg.max_new_tokens)
-    argv += _flag("train.num_episodes", 1) + _flag("train.seed", cfg.seed)
+    args += _flag("data.prompt_dataset", prompts) + _flag("data.input_key", "prompt")
+    args += _flag("data.label_key", "answer") + _flag("data.max_samples", cfg.steps * cfg.prompts_per_step)
+    args += _flag("data.max_len", opts.max_prompt_tokens + cfg.max_new_tokens)
+    args += _flag("train.num_episodes", 1) + _flag("train.seed", cfg.seed)
 
     # rollout and mini-batches (spec §6)
-    argv += _flag("rollout.batch_size", cfg.prompts_per_step) + _flag("rollout.n_samples_per_prompt", samples)
-    argv += _flag("rollout.max_new_tokens", cfg.max_new_tokens)
-    argv += _flag("rollout.temperature", cfg.temperature) + _flag("rollout.top_p", cfg.top_p)
-    argv += _flag("rollout.micro_batch_size", opts.micro_rollout_batch_size)
-    argv += _flag("train.batch_size", update_size) + _flag("train.max_epochs", method.epochs)
-    argv += _flag("train.micro_batch_size", opts.micro_train_batch_size)
+    args += _flag("rollout.batch_size", cfg.prompts_per_step) + _flag("rollout.n_samples_per_prompt", samples)
+    args += _flag("rollout.max_new_tokens", cfg.max_new_tokens)
+    args += _flag("rollout.temperature", cfg.temperature) + _flag("rollout.top_p", cfg.top_p)
+    args += _flag("rollout.micro_batch_size", opts.micro_rollout_batch_size)
+    args += _flag("train.batch_size", update_size) + _flag("train.max_epochs", method.epochs)
+    args += _flag("train.micro_batch_size", opts.micro_train_batch_size)
 
-    # the loss (spec §2.1, §2.2)
-    argv += _flag("algo.advantage.estimator", "group_norm")
-    token_level = spec.kind == "grpo"
-    argv += _flag("actor.policy_loss_type", "ppo" if token_level else "gspo")
-    argv += _flag("actor.eps_clip_low_high", spec.eps_low, spec.eps_high)
-    argv += _flag("actor.loss_agg_mode", "token-mean" if token_level else "seq-mean-token-mean")
-    argv += _flag("algo.kl.init_coef", spec.kl_beta)
+    # the loss (spec §2.1, §2.2; a joint learner's own term is GSPO's, §3.6)
+    args += _flag("algo.advantage.estimator", "group_norm")
+    token_level = spec.kind == "grpo" and not gspo
+    eps = (3e-4, 4e-4) if gspo else (spec.eps_low, spec.eps_high)
+    args += _flag("actor.policy_loss_type", "ppo" if token_level else "gspo")
+    args += _flag("actor.eps_clip_low_high", *eps)
+    args += _flag("actor.loss_agg_mode", "token-mean" if token_level else "seq-mean-token-mean")
+    args += _flag("algo.kl.init_coef", spec.kl_beta)
     if spec.kl_beta > 0:
-        argv += _flag("algo.kl.use_loss") + _flag("algo.kl.estimator", "k3")
+        args += _flag("algo.kl.use_loss") + _flag("algo.kl.estimator", "k3")
 
     # optimiser (spec §7): every value passed, OpenRLHF's defaults differ
-    argv += _flag("actor.adam.lr", cfg.lr) + _flag("actor.adam.betas", *cfg.betas)
-    argv += _flag("actor.adam.weight_decay", cfg.weight_decay) + _flag("actor.max_norm", cfg.grad_clip)
-    argv += _flag("actor.lr_scheduler", "constant") + _flag("actor.lr_warmup_ratio", 0.0)
-
-    # in-training validation: greedy pass@1 on the validation file every val_every steps
-    if cfg.val_file and cfg.val_size and cfg.val_every:
-        argv += _flag("eval.dataset", layout.validation) + _flag("eval.steps", cfg.val_every)
-        argv += _flag("eval.temperature", 0.0) + _flag("eval.n_samples_per_prompt", 1)
+    args += _flag("actor.adam.lr", cfg.lr) + _flag("actor.adam.betas", *cfg.betas)
+    args += _flag("actor.adam.weight_decay", cfg.weight_decay) + _flag("actor.max_norm", cfg.grad_clip)
+    args += _flag("actor.lr_scheduler", "constant") + _flag("actor.lr_warmup_ratio", 0.0)
 
     # checkpoints: DeepSpeed states to resume from, Hugging Face copies for the contract's step-N folders
-    argv += _flag("ckpt.path", layout.ckpt) + _flag("ckpt.output_dir", layout.final)
-    argv += _flag("ckpt.save_steps", cfg.checkpoint_every or -1) + _flag("ckpt.max_num", cfg.keep_checkpoints)
-    argv += _flag("ckpt.save_hf") + _flag("ckpt.load_enable") + _flag("ckpt.best_metric_key", "none")
+    args += _flag("ckpt.path", ckpt) + _flag("ckpt.output_dir", final)
+    args += _flag("ckpt.save_steps", cfg.checkpoint_every or -1) + _flag("ckpt.max_num", cfg.keep_checkpoints)
+    args += _flag("ckpt.save_hf") + _flag("ckpt.load_enable") + _flag("ckpt.best_metric_key", "none")
 
-    # logging: TensorBoard always (metrics.jsonl is converted from it), W&B when configured
-    argv += _flag("logger.logging_steps", 1) + _flag("logger.tensorboard_dir", layout.tensorboard)
-    argv += _flag("logger.wandb.run_name", f"{cfg.method}-{agent.name}-seed{cfg.seed}")
+    # logging: TensorBoard always (single-agent metrics.jsonl is converted from it), W&B when configured
+    args += _flag("logger.logging_steps", 1) + _flag("logger.tensorboard_dir", layout.tensorboard)
     if opts.wandb is not None:
         # OpenRLHF logs in only when no key is configured; the real key stays in WANDB_API_KEY
-        argv += _flag("logger.wandb.key", "from-WANDB_API_KEY") + _flag(
+        args += _flag("logger.wandb.key", "from-WANDB_API_KEY") + _flag(
             "logger.wandb.project", opts.wandb.project
         )
         if opts.wandb.group:
-            argv += _flag("logger.wandb.group", opts.wandb.group)
+            args += _flag("logger.wandb.group", opts.wandb.group)
         if opts.wandb.org:
-            argv += _flag("logger.wandb.org", opts.wandb.org)
+            args += _flag("logger.wandb.org", opts.wandb.org)
 
-    argv += _flag("reward.remote_url", reward_file())
-    return argv + list(opts.extra_args)
+    return args + _flag("reward.remote_url", reward_file())
 
 
 def reward_file() -> Path:

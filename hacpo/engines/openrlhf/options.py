@@ -40,6 +40,8 @@ class OpenRLHFOptions(_Strict):
 
     nodes: int = Field(1, ge=1)
     gpus_per_node: int | None = Field(None, ge=1)  # None: the model's (or pair's) `gpus` from the config
+    # joint runs: GPUs per node of each agent (sum = gpus_per_node); None: every agent on every GPU, colocated
+    agent_gpus: list[int] | None = None
     vllm_tensor_parallel_size: int = Field(1, ge=1)
     colocate: bool = True  # actor, reference and vLLM share every GPU (hybrid engine)
     sleep: bool = True  # vLLM and DeepSpeed states leave the GPU while the other runs (needs colocate)
@@ -61,6 +63,8 @@ class OpenRLHFOptions(_Strict):
 
     @model_validator(mode="after")
     def _fits(self):
+        if self.agent_gpus is not None and min(self.agent_gpus, default=0) < 1:
+            raise ValueError(f"agent_gpus {self.agent_gpus}: every agent needs at least one GPU per node")
         if self.sleep and not self.colocate:
             raise ValueError("sleep: true needs colocate: true (sleep modes exist for colocated engines)")
         if self.gpus_per_node is not None:

@@ -1,4 +1,5 @@
-"""``hacpo train --engine openrlhf`` for single-agent methods: OpenRLHF's own trainer, our run directory.
+"""``hacpo train --engine openrlhf``: OpenRLHF's own trainer (single-agent methods) or HACPO's joint driver
+over OpenRLHF agent stacks (joint methods, :mod:`.joint`), writing our run directory.
 
 One call: validate → write the prompt and validation files (rendered with the agent's chat template) →
 start the job's Ray cluster → run ``python -m openrlhf.cli.train_ppo_ray`` (:func:`command.build_command`)
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from importlib import metadata
@@ -20,6 +22,7 @@ from pathlib import Path
 
 from hacpo.config import TrainConfig
 from hacpo.runio import (
+    MetricsLog,
     RunRecord,
     atomic_write_json,
     atomic_write_text,
@@ -29,7 +32,7 @@ from hacpo.runio import (
 )
 
 from . import logs
-from .command import Layout, build_command, check_single_agent, prompt_order
+from .command import Layout, build_command, gpu_fraction, joint_agent_args, prompt_order
 from .gpumem import GpuMemorySampler
 from .options import OpenRLHFOptions
 
@@ -55,26 +58,35 @@ def check_installed() -> None:
 
 def write_inputs(cfg: TrainConfig, layout: Layout) -> None:
     """The prompt file (``steps × prompts_per_step`` rows in step order) and the validation file, each
-    prompt rendered with the agent's chat template and the run's prompt style (Qwen3 thinking off)."""
+    prompt rendered with the agent's chat template and the run's prompt style (Qwen3 thinking off); a joint
+    run gets one prompt file per agent, in that agent's template (its OpenRLHF arguments name it)."""
+    if cfg.resolved_method().joint:
+        for agent in cfg.agents:
+            _write_prompts(cfg, agent.path, layout.agent(agent.name).prompts)
+        return
+    _write_prompts(cfg, cfg.agents[0].path, layout.prompts, layout.validation)
+
+
+def _write_prompts(cfg: TrainConfig, model: str, prompts: Path, validation: Path | None = None) -> None:
+    import json
+
     from transformers import AutoTokenizer
 
     from hacpo.agents.prompting import prompt_text
     from hacpo.data.synthetic import as_problem
     from hacpo.engines.local.trainer import read_problems
 
-    tok = AutoTokenizer.from_pretrained(cfg.agents[0].path)
+    tok = AutoTokenizer.from_pretrained(model)
     problems = read_problems(cfg.train_file)
 
     def row(p: dict, **extra) -> str:
-        import json
-
         text = prompt_text(tok, as_problem(p), cfg.prompt_style)
         return json.dumps({"prompt": text, "answer": p["answer"], "id": p["id"], **extra}) + "\n"
 
-    atomic_write_text(layout.prompts, "".join(row(problems[i]) for i in prompt_order(len(problems), cfg)))
-    if cfg.val_file and cfg.val_size:
+    atomic_write_text(prompts, "".join(row(problems[i]) for i in prompt_order(len(problems), cfg)))
+    if validation is not None and cfg.val_file and cfg.val_size:
         val = read_problems(cfg.val_file)[: cfg.val_size]
-        atomic_write_text(layout.validation, "".join(row(p, datasource=logs.VALIDATION_SOURCE) for p in val))
+        atomic_write_text(validation, "".join(row(p, datasource=logs.VALIDATION_SOURCE) for p in val))
 
 
 def resumable_step(layout: Layout) -> int:
@@ -98,36 +110,61 @@ def _is_complete_hf(d: Path) -> bool:
     return any(d.glob("*.safetensors")) or (d / "pytorch_model.bin").is_file()
 
 
+def resumable_joint_step(layout: Layout) -> int:
+    """The step of a joint run's newest complete checkpoint (every agent saved, then the controller)."""
+    import json
+
+    if not layout.joint_state.is_file():
+        return 0
+    return int(json.loads(layout.joint_state.read_text())["step"])
+
+
 def collect_checkpoints(cfg: TrainConfig, layout: Layout, *, final: bool) -> dict[int, Path]:
     """Move OpenRLHF's ``global_step<N>_hf`` copies (and, at the end, ``save_model``'s) to
-    ``checkpoints/<agent>/step-N``; drop torn ones; keep ``keep_checkpoints`` newest plus the final one."""
-    agent = cfg.agents[0].name
+    ``checkpoints/<agent>/step-N`` for every agent; drop torn ones and ones past the resumable step; keep
+    ``keep_checkpoints`` newest plus the final one. Returns the steps every agent has."""
+    if cfg.resolved_method().joint:
+        done = resumable_joint_step(layout)
+        dirs = [(a.name, layout.agent(a.name).ckpt, layout.agent(a.name).final) for a in cfg.agents]
+    else:
+        done = resumable_step(layout)
+        dirs = [(cfg.agents[0].name, layout.ckpt, layout.final)]
+    common: set[int] | None = None
+    for agent, ckpt, final_dir in dirs:
+        kept = _collect_agent(cfg, agent, ckpt, final_dir, done, final)
+        common = set(kept) if common is None else common & set(kept)
+    dest = Path(cfg.out_dir) / "checkpoints"
+    return {s: dest for s in sorted(common or ())}
+
+
+def _collect_agent(
+    cfg: TrainConfig, agent: str, ckpt: Path, final_dir: Path, done: int, final: bool
+) -> list[int]:
     dest = Path(cfg.out_dir) / "checkpoints" / agent
     dest.mkdir(parents=True, exist_ok=True)
-    done = resumable_step(layout)
-    for src in sorted(layout.ckpt.glob("global_step*_hf")):
+    for src in sorted(ckpt.glob("global_step*_hf")):
         n = src.name.removeprefix("global_step").removesuffix("_hf")
         if not n.isdigit():
             continue
-        if not _is_complete_hf(src) or int(n) > done:  # a save a kill interrupted: OpenRLHF redoes the step
+        if not _is_complete_hf(src) or int(n) > done:  # a save a kill interrupted: the step is redone
             shutil.rmtree(src, ignore_errors=True)
             continue
         target = dest / f"step-{int(n)}"
         if target.exists():
             shutil.rmtree(target)
         os.replace(src, target)
-    if final and _is_complete_hf(layout.final):
+    if final and _is_complete_hf(final_dir):
         target = dest / f"step-{cfg.steps}"
         if not target.exists():
-            os.replace(layout.final, target)
+            os.replace(final_dir, target)
         else:
-            shutil.rmtree(layout.final)
+            shutil.rmtree(final_dir)
     steps = sorted(int(p.name[5:]) for p in dest.glob("step-*") if p.name[5:].isdigit())
     keep = set(steps[-cfg.keep_checkpoints :]) | ({cfg.steps} if final else set())
     for s in steps:
         if s not in keep:
             shutil.rmtree(dest / f"step-{s}", ignore_errors=True)
-    return {s: dest / f"step-{s}" for s in steps if s in keep}
+    return [s for s in steps if s in keep]
 
 
 def sync_logs(cfg: TrainConfig, layout: Layout) -> list[dict]:
@@ -178,16 +215,23 @@ def launch_subprocess(argv: list[str], env: dict, log: Path, on_tick: Callable[[
 
 
 def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None = None) -> RunRecord:
-    """Train (or resume) one single-agent run on OpenRLHF; returns its final ``run.json``.
+    """Train (or resume) one run on OpenRLHF; returns its final ``run.json``.
 
-    ``launcher`` runs the command (default: a subprocess inside this job's own Ray cluster)."""
-    check_single_agent(cfg)
+    Single-agent methods run OpenRLHF's own ``train_ppo_ray``; joint methods run HACPO's driver
+    (:mod:`.joint.driver`) over one OpenRLHF agent stack per model. ``launcher`` runs the command
+    (default: a subprocess inside this job's own Ray cluster)."""
     cfg.check_paths()
     opts.check_environment()
     if launcher is None:
         check_installed()
     layout = Layout(Path(cfg.out_dir))
-    argv = build_command(cfg, opts, layout)
+    joint = cfg.resolved_method().joint
+    if joint:
+        argv = joint_command(cfg, opts, layout)
+        resumable = resumable_joint_step
+    else:
+        argv = build_command(cfg, opts, layout)
+        resumable = resumable_step
     with run_lock(cfg.out_dir):
         prev = RunRecord.for_config(cfg.out_dir, cfg.config_hash())
         if prev is not None and prev.complete:
@@ -195,24 +239,27 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         sweep_temporaries(cfg.out_dir)
         layout.root.mkdir(parents=True, exist_ok=True)
         write_inputs(cfg, layout)
+        if joint:
+            write_joint_spec(cfg, opts, layout)
         collect_checkpoints(cfg, layout, final=False)
-        _record(cfg, "running", resumable_step(layout), argv).write(cfg.out_dir)
+        _record(cfg, "running", resumable(layout), argv).write(cfg.out_dir)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        on_tick = (lambda: None) if joint else (lambda: sync_logs(cfg, layout))  # joint: written live
         t0 = time.perf_counter()
         with GpuMemorySampler() as memory:
-            rc = _run(argv, env, layout, opts, launcher, lambda: sync_logs(cfg, layout))
+            rc = _run(argv, env, layout, opts, launcher, on_tick)
         wall = time.perf_counter() - t0
-        rows = sync_logs(cfg, layout)
+        rows = MetricsLog(Path(cfg.out_dir) / "metrics.jsonl").read() if joint else sync_logs(cfg, layout)
         checkpoints = collect_checkpoints(cfg, layout, final=rc == 0)
         if rc != 0:
-            _record(cfg, "running", resumable_step(layout), argv).write(cfg.out_dir)
+            _record(cfg, "running", resumable(layout), argv).write(cfg.out_dir)
             raise RuntimeError(f"OpenRLHF exited with status {rc}; its log: {layout.log}")
         done = [r["step"] for r in rows]
         if cfg.steps not in checkpoints or sorted(set(done)) != list(range(cfg.steps)):
             raise RuntimeError(
                 f"OpenRLHF finished but the run is incomplete (steps logged: {len(set(done))} of "
-                f"{cfg.steps}, "
-                f"final checkpoint: {cfg.steps in checkpoints}); its log: {layout.log}"
+                f"{cfg.steps}, final checkpoint of every agent: {cfg.steps in checkpoints}); its log: "
+                f"{layout.log}"
             )
         profile = {
             "engine": "openrlhf",
@@ -222,9 +269,34 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
             **memory.summary(),
         }
         atomic_write_json(Path(cfg.out_dir) / "profile.json", profile)
-        final = {cfg.agents[0].name: str(checkpoints[cfg.steps])}
+        ckpt = Path(cfg.out_dir) / "checkpoints"
+        final = {a.name: str(ckpt / a.name / f"step-{cfg.steps}") for a in cfg.agents}
         _record(cfg, "complete", cfg.steps, argv, final_checkpoints=final, profile=profile).write(cfg.out_dir)
         return RunRecord.read(cfg.out_dir)
+
+
+def joint_command(
+    cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, python: str = sys.executable
+) -> list[str]:
+    """The driver's command line; every agent's OpenRLHF arguments are built (and checked) here, before
+    anything starts, and travel in ``joint.json`` (:func:`write_joint_spec`)."""
+    n = len(cfg.agents)
+    if opts.agent_gpus is None:
+        gpu_fraction(n, cfg.loss_spec().kl_beta > 0)  # refuses more agents than the hybrid engine can hold
+    for k in range(n):
+        joint_agent_args(cfg, opts, layout, k)
+    return [python, "-m", "hacpo.engines.openrlhf.joint.driver", str(layout.joint_spec.resolve())]
+
+
+def write_joint_spec(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout) -> None:
+    spec = {
+        "config": cfg.model_dump(mode="json"),
+        "run_dir": str(Path(cfg.out_dir).resolve()),
+        "argv": {a.name: joint_agent_args(cfg, opts, layout, k) for k, a in enumerate(cfg.agents)},
+        "shared_gpus": opts.agent_gpus is None,
+        "state": str(layout.joint_state.resolve()),
+    }
+    atomic_write_json(layout.joint_spec, spec)
 
 
 def _run(argv, env, layout: Layout, opts: OpenRLHFOptions, launcher, on_tick) -> int:

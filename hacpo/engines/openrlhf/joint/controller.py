@@ -20,10 +20,12 @@ per agent, ``time/<phase>_s``), so reports read both engines alike.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import torch
@@ -31,8 +33,10 @@ import torch
 from hacpo.agents.prompting import prompt_text
 from hacpo.algo import CapabilityTracker
 from hacpo.algo.methods import Method
-from hacpo.data.synthetic import Problem
+from hacpo.config import TrainConfig
+from hacpo.data.synthetic import Problem, as_problem
 from hacpo.engines.phases import Phases
+from hacpo.runio import MetricsLog, atomic_write_json
 
 from . import rows as R
 
@@ -56,6 +60,15 @@ class AgentStack(Protocol):
 
     def sync(self) -> None:
         """Send the updated weights to the agent's generation engines."""
+
+    def evaluate(self, prompts: list[str], labels: list[str]) -> list[float]:
+        """Greedy pass@1 reward per prompt (in-training validation)."""
+
+    def save_checkpoint(self, step: int) -> None:
+        """Everything needed to resume at ``step`` (optimizer included) plus a Hugging Face copy."""
+
+    def save_model(self) -> None:
+        """The final Hugging Face model."""
 
 
 def assign_prompt_ids(rows: Sequence, texts: Sequence[str], n: int) -> list[int]:
@@ -166,3 +179,94 @@ class JointStep:
                     )  # fmt: skip
         R.assign_advantages(rows, k, len(self.stacks), omegas, self.method)
         return rows
+
+
+class JointLoop:
+    """A joint run's steps around :class:`JointStep`: the local engine's prompt batches, validation before
+    training, every ``val_every`` steps and at the end, checkpoints every ``checkpoint_every`` steps with the
+    controller's state (step, capability window) written last, so a kill resumes from the newest step every
+    agent saved; ``metrics.jsonl`` and ``validation.jsonl`` keep the rows before it (the local engine's
+    resume contract)."""
+
+    def __init__(self, cfg: TrainConfig, stacks: list[AgentStack], state_file: Path, on_row=None):
+        from hacpo.engines.local.trainer import read_problems
+
+        self.cfg, self.stacks, self.state_file, self.on_row = cfg, stacks, Path(state_file), on_row
+        self.problems = [as_problem(p) for p in read_problems(cfg.train_file)]
+        val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
+        self.val = [as_problem(p) for p in val]
+        self.step = JointStep(
+            stacks, cfg.resolved_method(), group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
+            max_len=cfg.openrlhf.max_prompt_tokens + cfg.max_new_tokens if cfg.openrlhf else 10**9,
+            prompt_style=cfg.prompt_style, cross_eos=cfg.cross_eos, capability_window=cfg.capability_window,
+            omega_warmup_steps=cfg.omega_warmup_steps,
+        )  # fmt: skip
+        out = Path(cfg.out_dir)
+        self.metrics = MetricsLog(out / "metrics.jsonl")
+        self.validation = MetricsLog(out / "validation.jsonl")
+
+    def start(self) -> int:
+        """The step to start from (the controller state's); logs cut back to it; ω's window restored."""
+        state = read_state(self.state_file)
+        start = state["step"]
+        if start:
+            self.step.tracker.load_state_dict(state["tracker"])
+        self.metrics.truncate_to(start)
+        self.validation.truncate_to(start + 1 if start else 0)
+        return start
+
+    def run(self) -> int:
+        from hacpo.engines.local.trainer import batch_for_step
+
+        cfg = self.cfg
+        start = self.start()
+        if start == 0 or (self._due(start) and not self._validated(start)):
+            self.validation.truncate_to(start)
+            self.validate(start)
+        for step in range(start, cfg.steps):
+            idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
+            row = self.step.run(step, [self.problems[i] for i in idx])
+            self.metrics.append(row)
+            if self.on_row:
+                self.on_row(row)
+            done = step + 1
+            if self._due(done):
+                self.validate(done)
+            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
+                for stack in self.stacks:
+                    stack.save_checkpoint(done)
+                write_state(self.state_file, done, self.step.tracker)  # last: the step is now resumable
+        for stack in self.stacks:
+            stack.save_model()
+        return cfg.steps
+
+    def _due(self, done: int) -> bool:
+        every = self.cfg.val_every
+        return bool(self.val) and (done == 0 or done == self.cfg.steps or bool(every and done % every == 0))
+
+    def _validated(self, step: int) -> bool:
+        names = {r["agent"] for r in self.validation.read() if r.get("step") == step}
+        return names == {s.name for s in self.stacks}
+
+    def validate(self, step: int) -> None:
+        if not self.val:
+            return
+        labels = [p.answer for p in self.val]
+        with self.step.phase("validate"):
+            for stack in self.stacks:
+                texts = [prompt_text(stack.tokenizer, p, self.cfg.prompt_style) for p in self.val]
+                rewards = stack.evaluate(texts, labels)
+                acc = sum(rewards) / len(rewards)
+                self.validation.append({"step": step, "agent": stack.name, "acc": acc, "n": len(self.val)})
+
+
+def read_state(path: Path) -> dict:
+    """The controller's state file, or step 0 when there is none yet."""
+    path = Path(path)
+    if not path.is_file():
+        return {"step": 0, "tracker": None}
+    return json.loads(path.read_text())
+
+
+def write_state(path: Path, step: int, tracker: CapabilityTracker) -> None:
+    atomic_write_json(path, {"step": step, "tracker": tracker.state_dict()})

@@ -1,0 +1,209 @@
+"""``python -m hacpo.engines.openrlhf.joint.driver <run>/openrlhf/joint.json``: a joint run on OpenRLHF.
+
+Mirrors OpenRLHF's ``train_ppo_ray.train()`` with one agent stack per model (issue 11, notes §2.2):
+
+1. every agent's arguments go through OpenRLHF's own parser, ``hierarchize`` and checks
+   (:func:`parse_args`), then ``get_strategy`` — each agent keeps its own model, lr and lengths;
+2. placement: agents sharing every GPU get one placement group (vLLM at OpenRLHF's 0.2 per engine, actor
+   and reference at ``command.gpu_fraction``), each asleep while another works; with the pair's
+   ``gpu_split`` each agent gets its own GPUs and the standard hybrid layout on them;
+3. per agent: ``create_vllm_engines`` (our reward file inside), a ``RayActorGroup`` of
+   :class:`~.actor.HacpoPolicyActor`, a reference group; models loaded (and, on resume, DeepSpeed states of
+   the controller's step, :func:`pin_resume_step`); HACPO's loss switched on (``use_hacpo``);
+4. :class:`HacpoController` — a plain subclass of OpenRLHF's ``BasePPOTrainer`` wrapped with ``ray.remote``
+   (Ray forbids subclassing a remote class) — runs :class:`~.controller.JointLoop` over the stacks.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import shutil
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from openrlhf.trainer.ppo_trainer import BasePPOTrainer
+
+from hacpo.config import TrainConfig
+
+from ..command import Layout, gpu_fraction
+from .controller import JointLoop, read_state
+
+
+class _Parsed(Exception):
+    def __init__(self, namespace):
+        super().__init__("parsed")
+        self.namespace = namespace  # not `args`: Exception.args is the exception's own tuple
+
+
+def parse_args(argv: list[str]):
+    """OpenRLHF's own ``train_ppo_ray`` parser, ``hierarchize`` and argument checks on ``argv`` → its args
+    namespace. The parser lives in the CLI's ``__main__`` block, so the module runs as ``__main__`` with
+    ``get_strategy`` (the first call after the checks) capturing the args instead of training."""
+    import openrlhf.utils
+    import ray
+
+    def capture(args):
+        raise _Parsed(args)
+
+    saved = (openrlhf.utils.get_strategy, sys.argv, ray.is_initialized)
+    openrlhf.utils.get_strategy = capture
+    ray.is_initialized = lambda: True  # train() would start Ray before get_strategy
+    sys.argv = ["train_ppo_ray", *argv]
+    try:
+        runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
+    except _Parsed as parsed:
+        return parsed.namespace
+    finally:
+        openrlhf.utils.get_strategy, sys.argv, ray.is_initialized = saved
+    raise RuntimeError("openrlhf.cli.train_ppo_ray returned without reaching get_strategy")
+
+
+def pin_resume_step(ckpt_dirs: list[Path], step: int) -> None:
+    """Make every agent load the DeepSpeed states of the controller's ``step`` (``_actor/latest``): an
+    agent that saved a newer step before a kill is rolled back to it; with no step yet, leftovers go."""
+    for ckpt in ckpt_dirs:
+        actor = Path(ckpt) / "_actor"
+        if step == 0:
+            shutil.rmtree(actor, ignore_errors=True)
+            continue
+        tag = f"global_step{step}"
+        if not (actor / tag).is_dir():
+            raise RuntimeError(
+                f"{actor} lacks the DeepSpeed checkpoint {tag} of the controller's step {step}: raise "
+                "keep_checkpoints, or delete the run directory to start over"
+            )
+        (actor / "latest").write_text(tag)
+
+
+def build(spec: dict):
+    """Every agent's engines, actor and reference groups, models loaded, HACPO's loss on; the controller."""
+    import ray
+    from openrlhf.trainer.ray import create_vllm_engines
+    from openrlhf.trainer.ray.launcher import RayActorGroup, ReferenceModelActor
+    from openrlhf.utils import get_strategy
+    from ray.util.placement_group import placement_group
+
+    from .actor import policy_actor_class
+
+    cfg = TrainConfig.model_validate(spec["config"])
+    names = [a.name for a in cfg.agents]
+    all_args = [parse_args(spec["argv"][name]) for name in names]
+    shared = spec["shared_gpus"]
+    with_ref = cfg.loss_spec().kl_beta > 0
+    fraction = gpu_fraction(len(names) if shared else 1, with_ref)
+    state = read_state(Path(spec["state"]))
+    pin_resume_step([a.ckpt.path for a in all_args], state["step"])
+
+    pg = None
+    parts = []
+    for name, args in zip(names, all_args, strict=True):
+        strategy = get_strategy(args)
+        gpus = args.actor.num_nodes * args.actor.num_gpus_per_node
+        if pg is None or not shared:
+            pg = placement_group([{"GPU": 1, "CPU": 1} for _ in range(gpus)], strategy="PACK")
+            ray.get(pg.ready())
+        engines = create_vllm_engines(
+            args.vllm.num_engines, args.vllm.tensor_parallel_size, args.actor.model_name_or_path,
+            args.train.seed, args.train.full_determinism_enable, args.vllm.enable_prefix_caching,
+            args.vllm.enforce_eager, args.data.max_len, pg, args.vllm.gpu_memory_utilization,
+            args.vllm.enable_sleep, None, remote_rm_url=args.reward.remote_url,
+        )  # fmt: skip
+        actor = RayActorGroup(
+            args.actor.num_nodes, args.actor.num_gpus_per_node, policy_actor_class(), pg=pg,
+            num_gpus_per_actor=fraction,
+        )  # fmt: skip
+        ref = None
+        if with_ref:
+            ref = RayActorGroup(
+                args.ref.num_nodes, args.ref.num_gpus_per_node, ReferenceModelActor, pg=pg,
+                num_gpus_per_actor=fraction,
+            )  # fmt: skip
+        parts.append(dict(name=name, strategy=strategy, engines=engines, actor=actor, ref=ref, args=args))
+
+    for part in parts:  # one agent at a time: models load while the others' states are offloaded
+        args = part["args"]  # scheduler length: optimizer steps of the run (the lr is constant anyway)
+        steps = cfg.steps * max(1, len(names) * cfg.prompts_per_step * cfg.group_size // cfg.minibatch_size)
+        refs = part["actor"].async_init_model_from_pretrained(
+            part["strategy"], args.actor.model_name_or_path, steps, part["engines"]
+        )
+        if part["ref"] is not None:
+            refs += part["ref"].async_init_model_from_pretrained(
+                part["strategy"], args.actor.model_name_or_path
+            )
+        ray.get(refs)
+        hacpo = dict(spec=asdict(cfg.loss_spec()), order=cfg.minibatch_order, seed=cfg.seed)
+        ray.get(part["actor"].async_run_method(method_name="use_hacpo", **hacpo))
+    return ray.remote(num_cpus=1)(HacpoController).remote(spec, parts)
+
+
+class HacpoController(BasePPOTrainer):
+    """OpenRLHF's ``BasePPOTrainer`` (its loggers and the first agent's groups) driving every agent's stack
+    through :class:`~.controller.JointLoop`; metrics also go to OpenRLHF's TensorBoard / W&B loggers."""
+
+    def __init__(self, spec: dict, parts: list[dict]):
+        from openrlhf.utils.utils import get_tokenizer
+
+        from .stack import OpenRLHFStack
+
+        tokenizers = [
+            get_tokenizer(
+                p["args"].actor.model_name_or_path, None, "left", p["strategy"],
+                use_fast=not p["args"].data.disable_fast_tokenizer,
+            )
+            for p in parts
+        ]  # fmt: skip
+        first = parts[0]
+        super().__init__(
+            first["strategy"], first["actor"], None, None, first["ref"], first["engines"], tokenizers[0]
+        )
+        stacks = [
+            OpenRLHFStack(
+                p["name"], p["strategy"], tok, p["engines"], p["actor"], p["ref"],
+                sleep_after_sync=spec["shared_gpus"],
+            )
+            for p, tok in zip(parts, tokenizers, strict=True)
+        ]  # fmt: skip
+        self.cfg = TrainConfig.model_validate(spec["config"])
+        self.loop = JointLoop(self.cfg, stacks, Path(spec["state"]), on_row=self._log_row)
+
+    def _log_row(self, row: dict) -> None:
+        flat = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+        self.save_logs_and_checkpoints(row["step"] + 1, {f"hacpo/{k}": v for k, v in flat.items()})
+
+    def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
+        """OpenRLHF's loggers only: checkpoints are the loop's (every agent, then the controller state)."""
+        if self.wandb_logger:
+            self.wandb_logger.log_train(global_step, logs_dict or {})
+        if self.tensorboard_logger:
+            self.tensorboard_logger.log_train(global_step, logs_dict or {})
+
+    def fit(self, global_step: int = 0) -> int:
+        start = read_state(self.loop.state_file)["step"]
+        if start:  # the engines hold the initial weights: give them the resumed ones
+            for stack in self.loop.stacks:
+                stack.sync()
+        return self.loop.run()
+
+
+def main(argv: list[str] | None = None) -> int:
+    import ray
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print(
+            "usage: python -m hacpo.engines.openrlhf.joint.driver <run>/openrlhf/joint.json", file=sys.stderr
+        )
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    if not ray.is_initialized():
+        ray.init()
+    controller = build(spec)
+    steps = ray.get(controller.fit.remote())
+    print(f"hacpo joint run finished: {steps} steps ({Layout(Path(spec['run_dir'])).root})", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
