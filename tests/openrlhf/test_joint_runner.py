@@ -134,6 +134,8 @@ def test_joint_run_contract_kill_and_resume(tmp_path, small_agent, other_agent, 
         assert done.final_checkpoints[agent] == str(out / "checkpoints" / agent / "step-4")
     profile = json.loads((out / "profile.json").read_text())
     assert profile["engine"] == "openrlhf" and profile["steps"] == 4 and profile["phase_s"]["update"] > 0
+    assert set(profile["phase_s"]) == {"generate", "logprobs", "retokenize", "update", "sync", "validate"}
+    assert profile["phase_s"]["validate"] > 0
     assert rows[0]["llama/cross_in_bounds_frac"] >= 0 and len(rows[0]["omega"]) == 2
     assert train(cfg, cfg.openrlhf, launcher=double).status == "complete" and double.launches == 2  # no redo
 

@@ -44,6 +44,7 @@ PHASES = {
     "timing/ppo_train": "update",
     "timing/broadcast": "sync",
 }
+NOT_PHASES = {"time/step_s", "time/tokens_per_s"}  # per-step totals and rates, not phases
 VALIDATION_SOURCE = "validation"  # the datasource of the validation file: eval/eval_validation_pass1
 VALIDATION_TAG = f"eval/eval_{VALIDATION_SOURCE}_pass1"
 
@@ -105,9 +106,13 @@ def validation_rows(scalars: dict[str, dict[int, float]], agent: str, n: int) ->
 
 
 def phase_totals(rows: list[dict]) -> dict[str, float]:
-    """Seconds per phase over a run's steps (profile.json's ``phase_s``)."""
+    """Seconds per phase over a run's steps (profile.json's ``phase_s``): every ``time/<phase>_s`` of the
+    rows (OpenRLHF's four timings for single-agent runs; the joint controller's, retokenize included)."""
     total: dict[str, float] = defaultdict(float)
+    for name in PHASES.values():
+        total[name] = 0.0
     for row in rows:
-        for name in PHASES.values():
-            total[name] += row.get(f"time/{name}_s", 0.0)
+        for key, value in row.items():
+            if key.startswith("time/") and key.endswith("_s") and key not in NOT_PHASES:
+                total[key[len("time/") : -len("_s")]] += value
     return dict(total)

@@ -220,18 +220,23 @@ class JointLoop:
 
         cfg = self.cfg
         start = self.start()
+        t0 = time.perf_counter()
         if start == 0 or (self._due(start) and not self._validated(start)):
             self.validation.truncate_to(start)
             self.validate(start)
+        validate_s = time.perf_counter() - t0  # counted in the next row: profile.json sums the rows
         for step in range(start, cfg.steps):
             idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
             row = self.step.run(step, [self.problems[i] for i in idx])
+            done = step + 1
+            t0 = time.perf_counter()
+            if self._due(done):
+                self.validate(done)
+            row["time/validate_s"] = validate_s + time.perf_counter() - t0
+            validate_s = 0.0
             self.metrics.append(row)
             if self.on_row:
                 self.on_row(row)
-            done = step + 1
-            if self._due(done):
-                self.validate(done)
             if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
                 for stack in self.stacks:
                     stack.save_checkpoint(done)
@@ -252,12 +257,11 @@ class JointLoop:
         if not self.val:
             return
         labels = [p.answer for p in self.val]
-        with self.step.phase("validate"):
-            for stack in self.stacks:
-                texts = [prompt_text(stack.tokenizer, p, self.cfg.prompt_style) for p in self.val]
-                rewards = stack.evaluate(texts, labels)
-                acc = sum(rewards) / len(rewards)
-                self.validation.append({"step": step, "agent": stack.name, "acc": acc, "n": len(self.val)})
+        for stack in self.stacks:
+            texts = [prompt_text(stack.tokenizer, p, self.cfg.prompt_style) for p in self.val]
+            rewards = stack.evaluate(texts, labels)
+            acc = sum(rewards) / len(rewards)
+            self.validation.append({"step": step, "agent": stack.name, "acc": acc, "n": len(self.val)})
 
 
 def read_state(path: Path) -> dict:
