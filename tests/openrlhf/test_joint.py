@@ -65,14 +65,15 @@ def _agent(root: Path, kind: str, arch: str, seed: int) -> AgentStack:
     """Saved to disk and loaded by OpenRLHF's Actor from the path (float32 here), as PolicyModelActor does."""
     tok = build_tokenizer(kind)
     shape = AgentArch(arch=arch, hidden=32, layers=1, heads=2, intermediate=64)
-    actors = []
+    actors, paths = [], []
     for name, s in (("actor", seed), ("ref", seed + 100)):
         path = root / f"{kind}-{arch}-{seed}-{name}"
         build_model(shape, tok, s).save_pretrained(path)
         tok.save_pretrained(path)
         actor = Actor(str(path), attn_implementation="sdpa", param_dtype="bf16")
         actors.append(actor.float())  # CPU autograd checks at float32; OpenRLHF's default dtype is bf16
-    return AgentStack(tok=tok, actor=actors[0].train(), ref=actors[1].eval())
+        paths.append(path)
+    return AgentStack(tok=tok, actor=actors[0].train(), ref=actors[1].eval(), path=paths[0])
 
 
 @pytest.fixture(scope="module")
@@ -222,6 +223,18 @@ def test_advantages_group_by_prompt_id_and_equal_hacpo_algo(agents, step, name):
             for r in group:
                 a = float(r.info[R.ADV])
                 assert torch.allclose(r.advantages, r.action_mask.float() * a)
+
+
+def test_a_filtered_prompt_leaves_the_other_groups_unchanged(agents, step):
+    """A prompt dropped for every agent (filtered upstream) removes its joint group and nothing else."""
+    method = get_method("hacpo")
+    full = _buffer(agents, step, 0, method)
+    kept = [copy.deepcopy(r) for r in full if int(r.info[R.PROMPT_ID]) != 2]
+    random.Random(7).shuffle(kept)
+    R.assign_advantages(kept, 0, len(agents), step.omegas, method)
+    key = lambda r: (int(r.info[R.PROMPT_ID]), int(r.info[R.SOURCE]), R.response_ids(r))  # noqa: E731
+    want = sorted((key(r), float(r.info[R.ADV])) for r in full if int(r.info[R.PROMPT_ID]) != 2)
+    assert sorted((key(r), float(r.info[R.ADV])) for r in kept) == want
 
 
 def test_grouping_refuses_incomplete_groups(agents, step):
@@ -388,3 +401,109 @@ def test_uneven_rows_refused_before_training(agents, step):
     trainer = _trainer(agents[0].actor, rows, get_method("hacpo").loss_spec(), gas=3, micro=3)
     with pytest.raises(ValueError, match="multiple of train.batch_size"):
         trainer.steps()
+
+
+# ------------------------------------------------------------------------------- against the local engine
+def _local_trainer(agents, tmp_path):
+    """The local engine's trainer over the same three agents (fp32 from the same directories)."""
+    import json
+
+    from hacpo.config import TrainConfig
+    from hacpo.engines.local.trainer import LocalTrainer
+
+    train = tmp_path / "train.jsonl"
+    rows = [{"id": p.id, "problem": p.problem, "answer": p.answer, "family": p.family, "difficulty": 1}
+            for p in _problems()]  # fmt: skip
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = TrainConfig(
+        method="hacpo", agents=[{"name": f"a{k}", "path": str(a.path)} for k, a in enumerate(agents)],
+        train_file=str(train), out_dir=str(tmp_path / "local"), prompts_per_step=len(rows), group_size=G,
+        max_new_tokens=MAX_NEW, minibatch_size=48, prompt_style="compact", device="cpu",
+    )  # fmt: skip
+    return LocalTrainer(cfg), rows
+
+
+def _rollouts(own: list[Experience], tok):
+    """One agent's rows as the local engine's Rollouts (same tokens, rewards, old and reference log-probs)."""
+    from hacpo.agents.retokenize import response_text, source_logp_mask
+    from hacpo.engines.local.trainer import Rollouts
+
+    resp = [R.response_ids(r) for r in own]
+    width = max(len(x) for x in resp)
+    tokens = torch.full((len(own), width), tok.pad_token_id, dtype=torch.long)
+    logp, ref = torch.zeros(len(own), width), torch.zeros(len(own), width)
+    mask = torch.zeros(len(own), width, dtype=torch.bool)
+    for i, (row, ids) in enumerate(zip(own, resp, strict=True)):
+        tokens[i, : len(ids)], mask[i, : len(ids)] = torch.tensor(ids), True
+        logp[i, : len(ids)] = R.response_logp(row)
+        ref[i, : len(ids)] = row.base_action_log_probs.reshape(-1)[row.action_mask.reshape(-1).bool()]
+    shared = source_logp_mask(tokens, tok.eos_token_id) & mask
+    return Rollouts(
+        prompt_index=torch.tensor([int(r.info[R.PROMPT_ID]) for r in own]), tokens=tokens, logp=logp,
+        mask=mask, texts=[response_text(tok, t[m]) for t, m in zip(tokens, mask, strict=True)],
+        rewards=torch.stack([r.rewards for r in own]), src_mean_logp=seq_mean_logp(logp, shared),
+        ref_logp=ref,
+    )  # fmt: skip
+
+
+def test_rows_advantages_loss_and_gradients_equal_the_local_engines(agents, step, tmp_path):
+    """The same batch (texts, rewards, old and reference log-probs) through the local engine's own row
+    builder and mini-batch loss, and through the OpenRLHF rows and HACPO micro-batch loss: identical
+    response ids, ratio denominators, ω and advantages per row, equal loss and gradients (fp32)."""
+    local, problems = _local_trainer(agents, tmp_path)
+    rolls = [_rollouts(own, a.tok) for own, a in zip(step.own, agents, strict=True)]
+    method = get_method("hacpo")
+    for k in range(3):
+        want = local._rows_for(k, rolls, step.omegas)
+        ours = [copy.deepcopy(r) for r in step.own[k]]
+        prompts = R.learner_prompts(step.own[k])
+        by_source = {k: ours}
+        for j in range(3):
+            if j != k:
+                by_source[j] = R.cross_rows(step.own[j], agents[j].tok, agents[k].tok, prompts,
+                                            float(step.omegas[j, k]), MAX_NEW, MAX_LEN)  # fmt: skip
+        ordered = [r for j in range(3) for r in by_source[j]]  # the local engine's row order
+        R.assign_advantages(ordered, k, 3, step.omegas, method)
+        assert len(ordered) == len(want.adv)
+        for i, row in enumerate(ordered):
+            assert R.response_ids(row) == want.response[i][want.mask[i]].tolist(), (k, i)
+            assert float(row.info[R.IS_SELF]) == float(want.is_own[i])
+            assert float(row.info[R.OLD_MEAN_LOGP]) == pytest.approx(float(want.old_mean_logp[i]), abs=1e-6)
+            assert float(row.info[R.OMEGA]) == pytest.approx(float(want.omega[i]))
+            assert float(row.info[R.ADV]) == pytest.approx(float(want.adv[i]), abs=1e-6)
+            assert int(row.info[R.PROMPT_ID]) == int(want.prompt_index[i])
+
+        # one mini-batch of all rows at update m = 1: the local engine's loss vs the OpenRLHF micro-batch loss
+        spec = local.spec
+        learner = local.agents[k]
+        actor = copy.deepcopy(agents[k].actor)
+        actor.model.load_state_dict(learner.model.state_dict())  # the same fp32 weights in both engines
+        _some_cross_rows_in_bounds(actor, ordered)
+        for i, row in enumerate(ordered):  # the moved denominators, for the local engine too
+            want.old_mean_logp[i] = float(row.info[R.OLD_MEAN_LOGP])
+        width = int(want.mask.sum(1).max())
+        batch = MiniBatch(
+            logp=torch.empty(0), mask=want.mask[:, :width], adv=want.adv, old_mean_logp=want.old_mean_logp,
+            is_own=want.is_own, omega=want.omega, old_logp=want.old_logp[:, :width],
+            ref_logp=want.ref_logp[:, :width],
+        )  # fmt: skip
+        p_ids, p_mask = learner.prompt_ids(problems, "compact", "cpu")
+        learner.model.zero_grad(set_to_none=True)
+        local_loss, local_metrics = local._minibatch_loss(
+            learner, batch, want.prompt_index, want.response[:, :width], p_ids, p_mask, 1
+        )
+        local_loss.backward()
+        exp = make_experience_batch(ordered)
+        own_tokens = float(exp.action_mask[R.info_column(exp, R.IS_SELF).bool()].sum())
+        norm = StepNorm(rows=float(len(ordered)), own_tokens=own_tokens, m=1)
+        logp = actor(exp.sequences, exp.action_mask, exp.attention_mask)
+        loss, metrics = microbatch_loss(logp, exp, spec, norm)
+        loss.backward()
+        # the local engine backpropagates only rows with a gradient (exact, skip_dead_rows); its metrics
+        # carry the full mini-batch loss, which is the value to compare
+        assert float(loss) == pytest.approx(local_metrics["loss"], abs=1e-6)
+        assert metrics["kl"] == pytest.approx(local_metrics["kl"], abs=1e-7)
+        assert metrics["cross_in_bounds_frac"] == pytest.approx(local_metrics["cross_in_bounds_frac"])
+        ours_g = dict(actor.model.named_parameters())
+        for name, p in learner.model.named_parameters():
+            assert torch.allclose(ours_g[name].grad, p.grad, atol=1e-6, rtol=1e-4), (k, name)
