@@ -8,21 +8,29 @@ GPU. Checkpoints hold the model, optimizer and sampling RNG, so a resumed run co
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from openrlhf.models import Actor
-from openrlhf.trainer.ppo_utils.experience import (
+
+sys.path.insert(0, str(Path(__file__).parent))
+import gpu_only_modules  # noqa: E402  (also in Ray workers, which import this module on their own)
+
+gpu_only_modules.install()
+
+from openrlhf.models import Actor  # noqa: E402
+from openrlhf.trainer.ppo_utils.experience import (  # noqa: E402
     Experience,
     remove_padding_in_sequences,
     split_experience_batch,
 )
-from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
-from transformers import AutoTokenizer
+from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
 
-from hacpo.engines.openrlhf.joint.actor import HacpoActorTrainer
-from hacpo.engines.openrlhf.reward_func import reward_func
+from hacpo.engines.openrlhf.joint.actor import HacpoActorTrainer  # noqa: E402
+from hacpo.engines.openrlhf.reward_func import reward_func  # noqa: E402
 
 MAX_NEW, MAX_LEN = 16, 64
 
@@ -56,6 +64,9 @@ class CpuStack:
         self, name: str, path: Path, calls: list, spec, seed: int, gas: int = 2, micro: int = 4, ckpt=None
     ):
         self.name, self.calls, self.seed, self.ckpt = name, calls, seed, ckpt
+        self.timeline: list[
+            tuple[float, str, str]
+        ] = []  # (monotonic time, call, agent): order across processes
         self.gen = torch.Generator().manual_seed(seed)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.actor = Actor(str(path), attn_implementation="sdpa", param_dtype="bf16").float().train()
@@ -74,8 +85,15 @@ class CpuStack:
         trainer.configure(spec, "mixed", seed)
         self.trainer = trainer
 
+    def _record(self, call: str) -> None:
+        self.calls.append((call, self.name))
+        self.timeline.append((time.monotonic(), call, self.name))
+
+    def get_timeline(self):
+        return self.timeline
+
     def generate(self, prompts, labels, n):
-        self.calls.append(("generate", self.name))
+        self._record("generate")
         tok, rows = self.tokenizer, []
         gen = self.gen
         for prompt, label in reversed(list(zip(prompts, labels, strict=True))):  # arrival order is not ours
@@ -105,7 +123,7 @@ class CpuStack:
         return rows
 
     def score(self, rows):
-        self.calls.append(("score", self.name))
+        self._record("score")
         batch = Experience.concat_experiences(rows, self.tokenizer.pad_token_id)
         with torch.no_grad():
             batch.action_log_probs = self.actor(batch.sequences, batch.action_mask, batch.attention_mask)
@@ -114,7 +132,7 @@ class CpuStack:
         return remove_padding_in_sequences(split_experience_batch(batch))
 
     def train(self, rows):
-        self.calls.append(("train", self.name))
+        self._record("train")
         self.trainer.replay_buffer.items = rows
         try:
             return self.trainer.ppo_train()
@@ -122,10 +140,10 @@ class CpuStack:
             self.trainer.replay_buffer.items = []
 
     def sync(self):
-        self.calls.append(("sync", self.name))
+        self._record("sync")
 
     def evaluate(self, prompts, labels):
-        self.calls.append(("evaluate", self.name))
+        self._record("evaluate")
         tok, out = self.tokenizer, []
         for prompt, label in zip(prompts, labels, strict=True):
             ids = tok(prompt, add_special_tokens=False)["input_ids"]
@@ -142,7 +160,7 @@ class CpuStack:
     def save_checkpoint(self, step):
         """As PolicyModelActor.save_checkpoint: resumable states in DeepSpeed's layout (``_actor/<tag>``,
         ``_actor/latest``) and a Hugging Face copy ``global_step<N>_hf``."""
-        self.calls.append(("save_checkpoint", self.name))
+        self._record("save_checkpoint")
         if self.ckpt is None:
             return
         tag = Path(self.ckpt) / "_actor" / f"global_step{step}"
@@ -169,8 +187,37 @@ class CpuStack:
         return int(tag.removeprefix("global_step"))
 
     def save_model(self):
-        self.calls.append(("save_model", self.name))
+        self._record("save_model")
         if self.ckpt is not None:
             final = Path(self.ckpt).parent / "final"
             self.actor.model.save_pretrained(final)
             self.tokenizer.save_pretrained(final)
+
+
+class RayStack:
+    """The controller's view of an agent stack living in a Ray actor (as OpenRLHF's groups do): every call
+    is a remote call, every row crosses Ray's object store."""
+
+    def __init__(self, handle, name, tokenizer):
+        self.handle, self.name, self.tokenizer = handle, name, tokenizer
+
+    def __getattr__(self, method):
+        import ray
+
+        return lambda *a, **kw: ray.get(getattr(self.handle, method).remote(*a, **kw))
+
+
+class StepRunner:
+    """Plays the driver's remote controller: JointStep over RayStack proxies, inside a Ray actor."""
+
+    def __init__(self, handles, names, paths, method, group_size):
+        from hacpo.algo import get_method
+        from hacpo.engines.openrlhf.joint.controller import JointStep
+
+        tokenizers = [AutoTokenizer.from_pretrained(p) for p in paths]
+        stacks = [RayStack(*x) for x in zip(handles, names, tokenizers, strict=True)]
+        self.step = JointStep(stacks, get_method(method), group_size=group_size, max_new_tokens=MAX_NEW,
+                              max_len=MAX_LEN, prompt_style="compact")  # fmt: skip
+
+    def run(self, step, problems):
+        return self.step.run(step, problems)

@@ -102,3 +102,37 @@ def test_joint_method_needs_two_agents(small_agent):
     stack = CpuStack("solo", small_agent, [], get_method("hacpo").loss_spec(), seed=0)
     with pytest.raises(ValueError, match="at least 2 agents"):
         JointStep([stack], get_method("hacpo"), group_size=G, max_new_tokens=MAX_NEW, max_len=MAX_LEN)
+
+
+# ---------------------------------------------------------------------------------------- with Ray
+def test_joint_step_with_ray_actors(small_agent, other_agent, problems):
+    """The controller in a Ray actor driving three agent stacks in three other Ray actors (real Ray on this
+    machine): rows, advantages and metrics cross Ray's object store; the step order holds."""
+    ray = pytest.importorskip("ray")
+    here = Path(__file__).parent
+    env = {"env_vars": {"PYTHONPATH": f"{here}:{here.parents[1]}", "HACPO_REWARD_WORKERS": "1"}}
+    ray.init(num_cpus=4, include_dashboard=False, runtime_env=env, log_to_driver=False)
+    try:
+        from cpu_stack import CpuStack as Stack
+        from cpu_stack import StepRunner
+
+        spec = get_method("naive").loss_spec()
+        paths = [small_agent, other_agent, small_agent]
+        names = ["llama_char", "qwen3_word", "llama_char_b"]
+        remote = ray.remote(num_cpus=1)(Stack)
+        handles = [
+            remote.remote(n, p, [], spec, seed=k) for k, (n, p) in enumerate(zip(names, paths, strict=True))
+        ]
+        runner = ray.remote(num_cpus=0)(StepRunner).remote(
+            handles, names, [str(p) for p in paths], "naive", G
+        )
+        row = ray.get(runner.run.remote(0, problems[:B]))
+        for n in names:
+            assert (
+                f"{n}/s_hete_mean" in row and f"{n}/cross_clip_frac" in row and 0 <= row[f"{n}/reward"] <= 1
+            )
+        timeline = sorted(t for h in handles for t in ray.get(h.get_timeline.remote()))
+        order = [(call, name) for _, call, name in timeline]
+        assert order == [(c, n) for c in ("generate", "score", "train", "sync") for n in names]
+    finally:
+        ray.shutdown()
