@@ -281,6 +281,11 @@ def joint_command(
     """The driver's command line; every agent's OpenRLHF arguments are built (and checked) here, before
     anything starts, and travel in ``joint.json`` (:func:`write_joint_spec`)."""
     n = len(cfg.agents)
+    if not opts.colocate:
+        raise ValueError(
+            "joint runs on OpenRLHF use the hybrid engine (an agent's vLLM, actor and reference on the same "
+            "GPUs): set openrlhf.colocate: true; give agents separate GPUs with the pair's gpu_split"
+        )
     if opts.agent_gpus is None:
         gpu_fraction(n, cfg.loss_spec().kl_beta > 0)  # refuses more agents than the hybrid engine can hold
     for k in range(n):

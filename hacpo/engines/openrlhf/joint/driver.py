@@ -110,15 +110,16 @@ def build(spec: dict):
             args.vllm.enforce_eager, args.data.max_len, pg, args.vllm.gpu_memory_utilization,
             args.vllm.enable_sleep, None, remote_rm_url=args.reward.remote_url,
         )  # fmt: skip
+        duplicates = args.ds.ring_attn_size * args.ds.tensor_parallel_size
         actor = RayActorGroup(
             args.actor.num_nodes, args.actor.num_gpus_per_node, policy_actor_class(), pg=pg,
-            num_gpus_per_actor=fraction,
+            num_gpus_per_actor=fraction, duplicate_actors=duplicates,
         )  # fmt: skip
         ref = None
         if with_ref:
             ref = RayActorGroup(
                 args.ref.num_nodes, args.ref.num_gpus_per_node, ReferenceModelActor, pg=pg,
-                num_gpus_per_actor=fraction,
+                num_gpus_per_actor=fraction, duplicate_actors=duplicates,
             )  # fmt: skip
         parts.append(dict(name=name, strategy=strategy, engines=engines, actor=actor, ref=ref, args=args))
 

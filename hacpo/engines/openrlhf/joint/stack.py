@@ -9,6 +9,7 @@ classes with this agent's own arguments (model, lengths, lr: ``args`` parsed fro
 - ``score``: ``RemoteExperienceMaker.make_experience`` — the actor's and reference's log-probs;
 - ``train``: rows shared out over the data-parallel ranks (own and cross rows evenly) → ``append`` →
   reload states → ``fit`` (:class:`~.actor.HacpoActorTrainer`) → offload states;
+- ``evaluate``: the same dispatch, greedy, one sample per prompt (in-training validation);
 - ``sync``: the actor's weights to this agent's engines (CUDA IPC when colocated; each agent's own NCCL
   group otherwise, never the shared ``sync_with_ray`` group name).
 
@@ -64,9 +65,12 @@ class OpenRLHFStack:
             self.actor_group, None, None, self.ref_group, kl, self.strategy, self.tokenizer
         )
 
-    def generate(self, prompts: list[str], labels: list[str], n: int) -> list:
+    def generate(
+        self, prompts: list[str], labels: list[str], n: int, temperature: float | None = None
+    ) -> list:
         args = self.args
         batch = iter([(None, list(prompts), list(labels), [None] * len(prompts))])
+        temperature = args.rollout.temperature if temperature is None else temperature
         if args.vllm.enable_sleep:
             batch_vllm_engine_call(self.vllm_engines, "wake_up")
         try:
@@ -77,13 +81,23 @@ class OpenRLHFStack:
                 n_samples_per_prompt=n,
                 max_new_tokens=args.rollout.max_new_tokens,
                 max_len=args.data.max_len,
-                temperature=args.rollout.temperature,
-                top_p=args.rollout.top_p,
+                temperature=temperature,
+                top_p=args.rollout.top_p if temperature > 0 else 1.0,
             )
         finally:
             if args.vllm.enable_sleep:
                 batch_vllm_engine_call(self.vllm_engines, "sleep")
         return rows
+
+    def evaluate(self, prompts: list[str], labels: list[str]) -> list[float]:
+        """Greedy (temperature 0) pass@1 reward per prompt, scored by our reward file in the engines."""
+        from .controller import assign_prompt_ids
+
+        rows = self.generate(prompts, labels, 1, temperature=0.0)
+        out = [0.0] * len(prompts)
+        for row, pid in zip(rows, assign_prompt_ids(rows, prompts, 1), strict=True):
+            out[pid] = float(row.rewards.reshape(-1)[0])
+        return out
 
     def score(self, rows: list) -> list:
         batches = self.maker.make_experience(self.maker.split_rollout_samples(list(rows)))
