@@ -196,3 +196,138 @@ def test_every_joint_run_of_the_paper_is_accepted_per_agent_by_openrlhf(tmp_path
             assert args.rollout.n_samples_per_prompt == 8 and args.train.batch_size == 512
             assert args.algo.kl.use_loss and args.algo.kl.init_coef == 0.001
             assert args.reward.remote_url == [str(reward_file())] and not args.train.dynamic_batch_enable
+
+
+# ------------------------------------------------------------------------- the driver's own code paths
+def _tiny_joint(tmp_path, small_agent, other_agent, toy_data, **over) -> tuple[TrainConfig, dict]:
+    from hacpo.engines.openrlhf.command import Layout
+    from hacpo.engines.openrlhf.runner import write_inputs, write_joint_spec
+
+    cfg = _cfg(tmp_path, small_agent, other_agent, toy_data, "driver")
+    cfg = cfg.model_copy(update=over)
+    layout = Layout(Path(cfg.out_dir))
+    layout.root.mkdir(parents=True, exist_ok=True)
+    write_inputs(cfg, layout)
+    write_joint_spec(cfg, cfg.openrlhf, layout)
+    return cfg, json.loads(layout.joint_spec.read_text())
+
+
+def _class_name(actor_type) -> str:
+    """The Python class behind a Ray actor class (ours recorded by the fake ray.remote, OpenRLHF's real)."""
+    cls = getattr(actor_type, "cls", None) or getattr(actor_type, "__ray_actor_class__", None) or actor_type
+    return cls.__name__
+
+
+def test_driver_build_places_every_agent_and_switches_hacpo_on(tmp_path, small_agent, other_agent, toy_data,
+                                                               monkeypatch):  # fmt: skip
+    """driver.build with Ray's placement, vLLM engines and actor groups recorded instead of started (they
+    need GPUs): one shared placement group, every agent's engines and groups on it at the hybrid fractions,
+    each agent's own model and arguments, models initialised, use_hacpo with the run's loss, a controller."""
+    import importlib
+
+    import openrlhf.trainer.ray as ray_pkg
+    import openrlhf.trainer.ray.launcher as launcher
+    import ray
+
+    from hacpo.engines.openrlhf.joint import driver
+
+    class PG(str):
+        def ready(self):
+            return None
+
+    pg_mod = importlib.import_module("ray.util.placement_group")  # `ray.util.placement_group` is the function
+    cfg, spec = _tiny_joint(tmp_path, small_agent, other_agent, toy_data)
+    calls = []
+
+    class Group:
+        def __init__(self, nodes, gpus, actor_type, pg=None, num_gpus_per_actor=1, duplicate_actors=1):
+            calls.append(
+                (
+                    "group",
+                    _class_name(actor_type),
+                    gpus,
+                    pg,
+                    num_gpus_per_actor,
+                )
+            )
+
+        def async_init_model_from_pretrained(self, *args):
+            calls.append(("init", args[1]))
+            return []
+
+        def async_run_method(self, method_name, **kwargs):
+            calls.append((method_name, kwargs))
+            return []
+
+    class Remote:
+        def __init__(self, cls):
+            self.cls = cls
+
+        def remote(self, *args):
+            calls.append(("controller", self.cls.__name__, [p["name"] for p in args[1]]))
+            return "controller-handle"
+
+    monkeypatch.setattr(
+        pg_mod, "placement_group", lambda bundles, strategy: calls.append(("pg", len(bundles))) or PG("pg")
+    )
+    monkeypatch.setattr(ray, "get", lambda x: x)
+    monkeypatch.setattr(ray, "remote", lambda **kw: Remote)
+    monkeypatch.setattr(
+        ray_pkg,
+        "create_vllm_engines",
+        lambda *a, **kw: calls.append(("engines", a[2], a[8], kw)) or ["engine"],
+    )
+    monkeypatch.setattr(launcher, "RayActorGroup", Group)
+    assert driver.build(spec) == "controller-handle"
+    assert [c for c in calls if c[0] == "pg"] == [("pg", 1)]  # one placement group, shared by both agents
+    engines = [c for c in calls if c[0] == "engines"]
+    assert [e[1] for e in engines] == [a.path for a in cfg.agents] and all(e[2] == "pg" for e in engines)
+    assert all(e[3]["remote_rm_url"] for e in engines)
+    groups = [c for c in calls if c[0] == "group"]
+    assert [g[1] for g in groups] == ["HacpoPolicyActor", "ReferenceModelActor"] * 2
+    assert all(g[3] == "pg" and g[4] == 0.15 for g in groups)  # 2 agents: (1 − 0.4) / 4
+    hacpo = [c[1] for c in calls if c[0] == "use_hacpo"]
+    assert len(hacpo) == 2 and hacpo[0]["spec"]["kind"] == "hacpo" and hacpo[0]["order"] == "mixed"
+    assert calls[-1] == ("controller", "HacpoController", ["llama", "qwen"])
+
+
+def test_controller_builds_from_real_openrlhf_pieces(tmp_path, small_agent, other_agent, toy_data):
+    """HacpoController's own __init__ on CPU: OpenRLHF's BasePPOTrainer (KL controller, TensorBoard logger),
+    get_tokenizer per agent, an OpenRLHFStack per agent (SamplesGenerator, RemoteExperienceMaker) and the
+    JointLoop; rows logged through OpenRLHF's TensorBoard logger."""
+    from openrlhf.utils import get_strategy
+
+    from hacpo.engines.openrlhf.joint import driver
+    from hacpo.engines.openrlhf.joint.stack import OpenRLHFStack
+
+    cfg, spec = _tiny_joint(tmp_path, small_agent, other_agent, toy_data)
+    parts = []
+    for a in cfg.agents:
+        args = parse_args(spec["argv"][a.name])
+        parts.append(
+            dict(name=a.name, strategy=get_strategy(args), engines=[], actor=None, ref=None, args=args)
+        )
+    controller = driver.HacpoController(spec, parts)
+    stacks = controller.loop.stacks
+    assert [s.name for s in stacks] == ["llama", "qwen"] and all(isinstance(s, OpenRLHFStack) for s in stacks)
+    assert stacks[0].tokenizer.eos_token == "</s>" and stacks[1].tokenizer.eos_token == "<|endoftext|>"
+    assert stacks[1].maker.strategy.args.actor.model_name_or_path == str(other_agent)
+    assert len(controller.loop.problems) > 0 and len(controller.loop.val) == 8
+    controller._log_row({"step": 0, "llama/reward": 0.5, "omega": [[1, 1], [1, 1]]})
+    events = list(Path(parts[0]["args"].logger.tensorboard_dir).rglob("events.out.tfevents.*"))
+    assert events, "OpenRLHF's TensorBoard logger wrote nothing"
+
+
+def test_balanced_chunks_share_own_and_cross_rows_over_ranks():
+    from types import SimpleNamespace
+
+    from hacpo.engines.openrlhf.joint.rows import IS_SELF
+    from hacpo.engines.openrlhf.joint.stack import balanced_chunks
+
+    rows = [SimpleNamespace(info={IS_SELF: torch.tensor(float(i < 8))}, i=i) for i in range(24)]
+    chunks = balanced_chunks(rows, 4)
+    assert [len(c) for c in chunks] == [6] * 4
+    assert [sum(float(r.info[IS_SELF]) for r in c) for c in chunks] == [2] * 4
+    assert sorted(r.i for c in chunks for r in c) == list(range(24))
+    with pytest.raises(ValueError, match="do not split evenly over 5"):
+        balanced_chunks(rows, 5)
