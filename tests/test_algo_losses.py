@@ -449,6 +449,31 @@ def test_n_total_divides_by_global_count():
     assert loss.item() == pytest.approx(-0.4275, abs=1e-12)
 
 
+def test_micro_batch_parts_sum_to_the_mini_batch_loss_and_gradient():
+    """Rows {own0, cross0} and {own1, cross1} as two parts with the mini-batch's N_m = 4 and own-token
+    count 3: the parts' losses and gradients add up to the whole mini-batch's (micro-batching)."""
+    spec = LossSpec(kind="hacpo", kl_beta=0.5)  # a large β so the KL's normaliser matters
+    whole = combined_batch()
+    loss, _ = policy_loss(whole, spec, m=1)
+    loss.backward()
+    total = torch.zeros(())
+    grad = torch.zeros_like(whole.logp)
+    for rows in ([0, 2], [1, 3]):
+        part = combined_batch()
+        logp = part.logp.detach()[rows].clone().requires_grad_()
+        sub = MiniBatch(
+            logp=logp, mask=part.mask[rows], adv=part.adv[rows], old_mean_logp=part.old_mean_logp[rows],
+            is_own=part.is_own[rows], omega=part.omega[rows], ref_logp=part.ref_logp[rows],
+            n_total=4, own_tokens=3.0,
+        )  # fmt: skip
+        part_loss, _ = policy_loss(sub, spec, m=1)
+        part_loss.backward()
+        total = total + part_loss.detach()
+        grad[rows] = logp.grad
+    assert total.item() == pytest.approx(loss.item(), abs=1e-12)
+    torch.testing.assert_close(grad, whole.logp.grad)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # §3.6 k3 KL over own rows only
 # ------------------------------------------------------------------------------------------------------------

@@ -92,7 +92,10 @@ class MiniBatch:
     omega: torch.Tensor | None = None
     old_logp: torch.Tensor | None = None
     ref_logp: torch.Tensor | None = None
-    n_total: int | None = None  # N_m when rows without gradient were dropped (see rows_with_gradient)
+    n_total: float | None = None  # N_m when this batch is a part of the mini-batch (dead rows, micro-batches)
+    # own response tokens of the whole mini-batch, when this batch is part of it: the KL term is then this
+    # part's share Σ k3 / own_tokens, and the parts sum to the mini-batch's token mean (micro-batching)
+    own_tokens: float | None = None
 
     def validate(self) -> None:
         if self.logp.dim() != 2:
@@ -193,7 +196,8 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
       asymmetric or stepwise clip (§2.5, the spec's "most plausible" definition — chosen because it keeps
       exactly HACPO's rollout/update budget and changes only the four mechanisms).
     - ``hacpo``: own rows GSPO; cross rows −ω·A·c·sg(c)^α with c = clamp(s, lo_m, 1) (§3.6).
-    KL (k3) is averaged over own rows only; a mini-batch with no own row has no KL term.
+    KL (k3) is averaged over own rows only; a mini-batch with no own row has no KL term. A part of a
+    mini-batch (``n_total``, ``own_tokens`` set: micro-batches) returns its share of both terms.
 
     Metrics: ``s_homo_*``/``s_hete_*`` (mean/min/max of sequence ratios), clip fractions, ω, mean advantage.
     """
@@ -255,7 +259,11 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
 
     loss = pg
     if spec.kl_beta > 0 and batch.ref_logp is not None and bool(own.any()):
-        kl = k3_kl(batch.logp[own], batch.ref_logp[own], batch.mask[own])
+        if batch.own_tokens is None:
+            kl = k3_kl(batch.logp[own], batch.ref_logp[own], batch.mask[own])
+        else:  # this part's share of the mini-batch's token mean
+            k3 = k3_kl_tokens(batch.logp[own], batch.ref_logp[own])
+            kl = (k3 * batch.mask[own]).sum() / batch.own_tokens
         loss = loss + spec.kl_beta * kl
         metrics["kl"] = float(kl.detach())
     metrics["pg_loss"] = float(pg.detach())
@@ -329,7 +337,8 @@ def policy_loss_live_rows(
             omega=batch.omega[live_rows] if batch.omega is not None else None,
             old_logp=batch.old_logp[live_rows] if batch.old_logp is not None else None,
             ref_logp=batch.ref_logp[live_rows] if batch.ref_logp is not None else None,
-            n_total=len(live),
+            n_total=batch.n_total or len(live),
+            own_tokens=batch.own_tokens,
         )
         loss, _ = policy_loss(sub, spec, m)
         own_in_live = ~cross[live_rows]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hacpo.algo import LossSpec, MiniBatch, k3_kl_tokens, policy_loss
+from hacpo.algo import LossSpec, MiniBatch, policy_loss
 
 from .rows import ADV, IS_SELF, OLD_MEAN_LOGP, OMEGA, info_column
 
@@ -58,8 +58,9 @@ def microbatch_loss(
     """This micro-batch's share of the step loss (module docstring), and hacpo.algo's metrics for its rows.
 
     ``logp``: the learner's current action log-probs ``[B, A]`` (OpenRLHF's ``Actor`` output); ``exp``: the
-    micro-batch with the ``info`` fields of :mod:`.rows`. The policy term is :func:`hacpo.algo.policy_loss`
-    itself (own rows GSPO; cross rows the HACPO term with lo_m, or Naive's), with N_m replaced by the step's.
+    micro-batch with the ``info`` fields of :mod:`.rows`. The loss is :func:`hacpo.algo.policy_loss` itself
+    (own rows GSPO, cross rows the HACPO term with lo_m or Naive's, k3 KL on own rows) with the step's row
+    and own-token counts as normalisers (``n_total``, ``own_tokens``).
     """
     mask = exp.action_mask.bool()
     own = info_column(exp, IS_SELF).to(logp.device).bool()
@@ -70,15 +71,12 @@ def microbatch_loss(
         old_mean_logp=info_column(exp, OLD_MEAN_LOGP).to(logp.device, torch.float32),
         is_own=own,
         omega=info_column(exp, OMEGA).to(logp.device),
+        ref_logp=None if exp.base_action_log_probs is None else exp.base_action_log_probs.to(logp.dtype),
         n_total=norm.rows,
+        own_tokens=norm.own_tokens,
     )
     loss, metrics = policy_loss(batch, spec, norm.m)
-    ref = exp.base_action_log_probs
-    if spec.kl_beta > 0 and ref is not None and bool(own.any()):
-        kl_sum = (k3_kl_tokens(logp[own], ref[own].to(logp.dtype)) * mask[own]).sum()
-        kl = kl_sum / norm.own_tokens
-        loss = loss + spec.kl_beta * kl
-        n_own_tokens = float(mask[own].sum())
-        metrics["kl"] = float(kl_sum.detach()) / max(n_own_tokens, 1.0)  # this micro-batch's token mean
-        metrics["loss"] = float(loss.detach())
+    if "kl" in metrics:  # log this micro-batch's token mean, not its share of the step's
+        n_own = float(mask[own].sum())
+        metrics["kl"] = metrics["kl"] * norm.own_tokens / max(n_own, 1.0)
     return loss, metrics
