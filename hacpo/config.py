@@ -88,6 +88,15 @@ class TrainConfig(BaseModel):
     keep_checkpoints: int = Field(2, ge=1)
     threads: int = Field(1, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Real model sizes on one GPU (local engine). bf16: autocast to bfloat16 around every forward, fp32
+    # master weights and optimizer (the maths' precision: part of a run's identity when not fp32).
+    precision: Literal["fp32", "bf16"] = "fp32"
+    # Runtime only (same maths, less memory): recompute activations in the backward (the update then runs a
+    # plain forward per row instead of shared prompt/prefix caches) ...
+    gradient_checkpointing: bool = False
+    # ... and cut each mini-batch into micro-batches of at most this many prompt + response tokens, their
+    # gradients accumulated to the mini-batch's (None: the whole mini-batch in one forward/backward)
+    micro_batch_tokens: int | None = Field(None, ge=1)
     scorer_workers: int = Field(0, ge=0)
     progress: bool = False
     # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
@@ -139,7 +148,11 @@ class TrainConfig(BaseModel):
 
     def config_hash(self) -> str:
         """Identity of a run's maths: equal hashes resume each other; runtime knobs are left out."""
-        keep = self.model_dump(exclude={"progress", "threads", "scorer_workers", "device", "openrlhf"})
+        runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf"}
+        runtime |= {"gradient_checkpointing", "micro_batch_tokens"}
+        keep = self.model_dump(exclude=runtime)
+        if keep["precision"] == "fp32":  # the default: runs from before the option keep their identity
+            del keep["precision"]
         return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
 
     def check_paths(self) -> None:

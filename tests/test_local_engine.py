@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -338,3 +339,82 @@ def test_knobs_a_method_does_not_read_are_refused(change, message):
     base = dict(agents=[{"name": "a", "path": "x"}, {"name": "b", "path": "y"}], train_file="t", out_dir="o")
     with pytest.raises(ValueError, match=message):
         load_train_config(dict(base, **change))
+
+
+# ------------------------------------------------------------------------ real model sizes (issue 12)
+def _one_step_weights(cfg) -> tuple[dict, list[torch.Tensor]]:
+    trainer = LocalTrainer(cfg)
+    row = trainer.train_step(0)
+    return row, [torch.cat([p.detach().reshape(-1) for p in a.model.parameters()]) for a in trainer.agents]
+
+
+@pytest.mark.parametrize("knob", [{"micro_batch_tokens": 40}, {"gradient_checkpointing": True}])
+def test_memory_knobs_keep_the_maths(tmp_path, small_agent, other_agent, toy_data, knob):
+    """Micro-batching by token budget (gradients accumulated to the mini-batch's, normalised by its N_m and
+    own-token count) and gradient checkpointing (a plain forward per row in the update) change memory, not
+    the update: after one HACPO step every weight matches the default run (fp32 summation order aside), the
+    metrics agree, and the run keeps its identity (resumable either way)."""
+    agents = [("llama", small_agent), ("qwen", other_agent)]
+    base = _cfg(tmp_path / "a", agents, "hacpo", data=toy_data, steps=1)
+    other = _cfg(tmp_path / "b", agents, "hacpo", data=toy_data, steps=1, **knob)
+    assert base.config_hash() == other.model_copy(update={"out_dir": base.out_dir}).config_hash()
+    if "gradient_checkpointing" in knob:
+        assert LocalTrainer(other).agents[0].model.is_gradient_checkpointing
+    row_a, weights_a = _one_step_weights(base)
+    row_b, weights_b = _one_step_weights(other)
+    for a, b in zip(weights_a, weights_b, strict=True):
+        assert not torch.equal(a, b) or "gradient_checkpointing" in knob  # summation order differs, a bit
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+    for key in (
+        "llama/reward",
+        "qwen/reward",
+        "llama/s_homo_mean",
+        "qwen/s_hete_mean",
+        "llama/kl",
+        "qwen/loss",
+    ):
+        assert row_b[key] == pytest.approx(row_a[key], abs=1e-5), key
+
+
+def test_micro_batches_respect_the_token_budget(tmp_path, small_agent, other_agent, toy_data):
+    cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], "hacpo", data=toy_data,
+               steps=1, micro_batch_tokens=40)  # fmt: skip
+    trainer = LocalTrainer(cfg)
+    rows = trainer._rows_for(0, [trainer._rollout(a, trainer.problems[:4], 4) for a in trainer.agents],
+                             torch.ones(2, 2, dtype=torch.float64))  # fmt: skip
+    _, p_mask = trainer.agents[0].prompt_ids(trainer.problems[:4], "compact", "cpu")
+    idx = torch.arange(len(rows.adv))
+    parts = trainer._micro_batches(idx, rows, p_mask)
+    assert torch.equal(torch.cat(parts), idx) and len(parts) > 1
+    for part in parts:
+        tokens = int((p_mask.sum(1)[rows.prompt_index[part]] + rows.mask[part].sum(1)).sum())
+        assert tokens <= 40 or len(part) == 1
+
+
+def test_bf16_precision_trains_and_is_part_of_the_identity(tmp_path, small_agent, other_agent, toy_data):
+    """precision: bf16 — autocast around every forward, fp32 master weights: a step trains (finite metrics,
+    weights still fp32 and moved), and a bf16 run never resumes an fp32 one (different identity)."""
+    agents = [("llama", small_agent), ("qwen", other_agent)]
+    fp32 = _cfg(tmp_path / "a", agents, "hacpo", data=toy_data, steps=1)
+    bf16 = _cfg(tmp_path / "b", agents, "hacpo", data=toy_data, steps=1, precision="bf16")
+    assert fp32.config_hash() != bf16.model_copy(update={"out_dir": fp32.out_dir}).config_hash()
+    trainer = LocalTrainer(bf16)
+    before = [
+        torch.cat([p.detach().reshape(-1).clone() for p in a.model.parameters()]) for a in trainer.agents
+    ]
+    row = trainer.train_step(0)
+    for a, b in zip(trainer.agents, before, strict=True):
+        after = torch.cat([p.detach().reshape(-1) for p in a.model.parameters()])
+        assert after.dtype == torch.float32 and not torch.equal(after, b)
+    assert all(math.isfinite(v) for k, v in row.items() if isinstance(v, float)), row
+
+
+def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent, toy_data):
+    """fp32 runs keep the hash they had before precision / micro-batching / checkpointing existed."""
+    import hashlib
+    import json
+
+    cfg = _cfg(tmp_path, [("llama", small_agent)], "gspo", data=toy_data)
+    old = cfg.model_dump(exclude={"progress", "threads", "scorer_workers", "device", "openrlhf", "precision",
+                                  "gradient_checkpointing", "micro_batch_tokens"})  # fmt: skip
+    assert cfg.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]

@@ -13,18 +13,36 @@ from contextlib import contextmanager
 
 
 class Phases:
-    """Accumulated seconds per phase: ``with phases("generate"): ...``."""
+    """Accumulated seconds per phase: ``with phases("generate"): ...``.
 
-    def __init__(self) -> None:
+    With a CUDA ``device``, also each phase's peak of allocated GPU memory (``peak_mb``, MiB): the allocator's
+    peak is reset when a phase starts and read when it ends, so ``max(peak_mb.values())`` is the run's peak.
+    Phases are not nested.
+    """
+
+    def __init__(self, device=None) -> None:
         self.total: defaultdict[str, float] = defaultdict(float)
+        self.device = device if device is not None and getattr(device, "type", None) == "cuda" else None
+        self.peak_mb: dict[str, float] = {}
 
     @contextmanager
     def __call__(self, name: str) -> Iterator[None]:
+        if self.device is not None:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats(self.device)
         t0 = time.perf_counter()
         try:
             yield
         finally:
             self.total[name] += time.perf_counter() - t0
+            if self.device is not None:
+                peak = torch.cuda.max_memory_allocated(self.device) / 2**20
+                self.peak_mb[name] = max(self.peak_mb.get(name, 0.0), peak)
+
+    def peak_gpu_mb(self) -> float | None:
+        """The run's peak of allocated GPU memory over all phases (None without CUDA)."""
+        return max(self.peak_mb.values(), default=0.0) if self.device is not None else None
 
     def snapshot(self) -> dict[str, float]:
         return dict(self.total)

@@ -16,6 +16,7 @@ checkpoint and ends with the same metrics as an uninterrupted one (bitwise on th
 
 from __future__ import annotations
 
+import contextlib
 import math
 import resource
 import shutil
@@ -30,6 +31,7 @@ from hacpo.agents.lm import (
     SharedPrefixes,
     generate,
     left_pad,
+    token_logprobs,
     token_logprobs_shared_prompt,
 )
 from hacpo.agents.prompting import greedy_accuracy, prompt_ids
@@ -118,6 +120,12 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> A
     tok = AutoTokenizer.from_pretrained(ref.path)
     model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device)
     model.train()
+    if cfg.gradient_checkpointing:  # only the update's plain forward runs in train mode (see eval_mode)
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.2x; the old name warns
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     ref_model = None
     if with_ref:
         ref_model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device).eval()
@@ -202,12 +210,18 @@ class LocalTrainer:
         self.same_tok = [[same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.validation = MetricsLog(self.out / "validation.jsonl")
-        self.phase = Phases()
+        self.phase = Phases(self.device)
         self.gen_tokens = 0
         if cfg.old_logp == "auto":
             self.sampler_logp = cfg.temperature == 1.0 and cfg.top_p == 1.0
         else:
             self.sampler_logp = cfg.old_logp == "sampler"
+
+    def autocast(self):
+        """bf16 autocast around forwards when ``precision: bf16`` (fp32 master weights and optimizer)."""
+        if self.cfg.precision == "bf16":
+            return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
 
     # ----------------------------------------------------------------------------- bookkeeping
     def config_hash(self) -> str:
@@ -309,7 +323,7 @@ class LocalTrainer:
     # ----------------------------------------------------------------------------- stage 1 and 2
     def _rollout(self, agent: Agent, problems: list[dict], g: int) -> Rollouts:
         cfg = self.cfg
-        with self.phase("generate"):
+        with self.phase("generate"), self.autocast():
             p_ids, p_mask = agent.prompt_ids(problems, cfg.prompt_style, self.device)
             index = torch.arange(len(problems)).repeat_interleave(g)
             agent.model.eval()
@@ -339,7 +353,7 @@ class LocalTrainer:
             golds = [problems[i]["answer"] for i in index.tolist()]
             rewards = torch.tensor(self.scorer.score(reward_texts, golds), dtype=torch.float32)
 
-        with self.phase("logprobs"):
+        with self.phase("logprobs"), self.autocast(), eval_mode(agent.model):
             rows = index.to(self.device)
             logp = out.logp
             rollout = (p_ids, rows, out.tokens, p_mask, out.mask)
@@ -438,26 +452,18 @@ class LocalTrainer:
         logs, m = [], 0
         for _epoch in range(self.method.epochs):
             for idx in chunks:
-                resp_mask = rows.mask[idx]
-                width = max(1, int(resp_mask.sum(1).max()))
-                resp = rows.response[idx, :width]
-                resp_mask = resp_mask[:, :width]
-                dev = self.device
-                batch = MiniBatch(
-                    logp=torch.empty(0),
-                    mask=resp_mask.to(dev),
-                    adv=rows.adv[idx].to(dev),
-                    old_mean_logp=rows.old_mean_logp[idx].to(dev),
-                    is_own=rows.is_own[idx].to(dev),
-                    omega=rows.omega[idx].to(dev),
-                    old_logp=rows.old_logp[idx, :width].to(dev),
-                    ref_logp=rows.ref_logp[idx, :width].to(dev),
-                )
-                loss, metrics = self._minibatch_loss(
-                    learner, batch, rows.prompt_index[idx], resp, p_ids, p_mask, m
-                )
                 learner.opt.zero_grad(set_to_none=True)
-                loss.backward()
+                parts = self._micro_batches(idx, rows, p_mask)
+                whole = None
+                if len(parts) > 1:  # each part's loss is its share of the mini-batch's (hacpo.algo)
+                    own = rows.is_own[idx]
+                    whole = (float(len(idx)), float(rows.mask[idx][own].sum()))
+                part_metrics = []
+                for part in parts:
+                    loss, metrics = self._part_loss(learner, rows, part, p_ids, p_mask, m, whole)
+                    loss.backward()
+                    part_metrics.append((len(part), metrics))
+                metrics = merge_parts(part_metrics)
                 metrics["grad_norm"] = float(
                     torch.nn.utils.clip_grad_norm_(learner.model.parameters(), cfg.grad_clip)
                 )
@@ -466,6 +472,44 @@ class LocalTrainer:
                 logs.append(metrics)
                 m += 1
         return logs
+
+    def _micro_batches(self, idx: torch.Tensor, rows: Rows, p_mask: torch.Tensor) -> list[torch.Tensor]:
+        """``idx`` cut, in order, into parts of at most ``micro_batch_tokens`` prompt + response tokens
+        (a row longer than the budget is a part of its own); the whole mini-batch when unset."""
+        budget = self.cfg.micro_batch_tokens
+        if budget is None:
+            return [idx]
+        tokens = (p_mask.sum(1)[rows.prompt_index[idx]] + rows.mask[idx].sum(1)).tolist()
+        parts, start, used = [], 0, 0
+        for i, n in enumerate(tokens):
+            if i > start and used + n > budget:
+                parts.append(idx[start:i])
+                start, used = i, 0
+            used += n
+        parts.append(idx[start:])
+        return parts
+
+    def _part_loss(self, learner, rows: Rows, idx, p_ids, p_mask, m: int, whole):
+        """Loss of rows ``idx`` at update m: the mini-batch's, or (``whole`` = its row and own-token counts)
+        this micro-batch's share of it."""
+        resp_mask = rows.mask[idx]
+        width = max(1, int(resp_mask.sum(1).max()))
+        resp = rows.response[idx, :width]
+        dev = self.device
+        batch = MiniBatch(
+            logp=torch.empty(0),
+            mask=resp_mask[:, :width].to(dev),
+            adv=rows.adv[idx].to(dev),
+            old_mean_logp=rows.old_mean_logp[idx].to(dev),
+            is_own=rows.is_own[idx].to(dev),
+            omega=rows.omega[idx].to(dev),
+            old_logp=rows.old_logp[idx, :width].to(dev),
+            ref_logp=rows.ref_logp[idx, :width].to(dev),
+            n_total=whole[0] if whole else None,
+            own_tokens=whole[1] if whole else None,
+        )
+        with self.autocast():
+            return self._minibatch_loss(learner, batch, rows.prompt_index[idx], resp, p_ids, p_mask, m)
 
     def _shared(self, learner: Agent, prompt_index, resp, resp_mask, p_ids, p_mask) -> SharedPrefixes:
         """The rows' prompts and shared response prefixes, encoded once for every pass over these rows."""
@@ -483,25 +527,41 @@ class LocalTrainer:
     def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
         """Loss of one mini-batch (:func:`~hacpo.algo.policy_loss_live_rows`: with ``skip_dead_rows``, no
         backward for HACPO cross rows whose clamp is flat; exact). Every pass over these rows reuses one
-        encoding of their prompts and shared response prefixes."""
-        shared = self._shared(learner, prompt_index, resp, batch.mask, p_ids, p_mask)
-        loss, metrics = policy_loss_live_rows(
-            batch,
-            self.spec,
-            m,
-            lambda rows, detach: shared.logprobs(rows, detach=detach),
-            self.cfg.skip_dead_rows,
-        )
+        encoding of their prompts and shared response prefixes; with ``gradient_checkpointing`` each pass is
+        a plain forward over prompt + response instead (activation recomputation needs no KV cache)."""
+        if self.cfg.gradient_checkpointing:
+            logprobs = self._plain_logprobs(learner, prompt_index, resp, p_ids, p_mask)
+        else:
+            shared = self._shared(learner, prompt_index, resp, batch.mask, p_ids, p_mask)
+
+            def logprobs(rows, detach):
+                return shared.logprobs(rows, detach=detach)
+
+        loss, metrics = policy_loss_live_rows(batch, self.spec, m, logprobs, self.cfg.skip_dead_rows)
         if loss is None:  # every row clamped: zero gradients, so the optimizer still steps as unskipped
             loss = sum(p.sum() for p in learner.model.parameters()) * 0.0
         return loss, metrics
+
+    def _plain_logprobs(self, learner, prompt_index, resp, p_ids, p_mask):
+        """``logprobs(rows, detach)`` by one plain forward of each row's left-padded prompt + response."""
+        dev = self.device
+
+        def logprobs(rows, detach):
+            sel = torch.arange(resp.shape[0]) if rows is None else rows.cpu()
+            pid = prompt_index[sel]
+            ids = torch.cat([p_ids[pid], resp[sel]], dim=1).to(dev)
+            attn = torch.cat([p_mask[pid], torch.ones_like(resp[sel], dtype=torch.bool)], dim=1).to(dev)
+            with torch.no_grad() if detach else contextlib.nullcontext():
+                return token_logprobs(learner.model, ids, p_ids.shape[1], attn)
+
+        return logprobs
 
     # ----------------------------------------------------------------------------- validation
     @torch.no_grad()
     def validate(self, step: int) -> dict[str, float]:
         if not self.val:
             return {}
-        with self.phase("validate"):
+        with self.phase("validate"), self.autocast():
             accs = {}
             for agent in self.agents:
                 accs[agent.name] = greedy_accuracy(
@@ -557,9 +617,9 @@ class LocalTrainer:
             "generated_tokens": self.gen_tokens,
             "tokens_per_s": self.gen_tokens / max(self.phase.total["generate"], 1e-9),
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20
-            if self.device.type == "cuda"
-            else None,
+            "peak_gpu_mem_mb": self.phase.peak_gpu_mb(),
+            "phase_peak_gpu_mem_mb": dict(self.phase.peak_mb) if self.device.type == "cuda" else None,
+            "precision": cfg.precision,
             "gpu_total_mb": torch.cuda.get_device_properties(self.device).total_memory / 2**20
             if self.device.type == "cuda"
             else None,
@@ -602,8 +662,8 @@ class LocalTrainer:
         spent = self.phase.since(phase0)
         row["time/tokens_per_s"] = sum(float(r.mask.sum()) for r in rolls) / max(spent["generate"], 1e-9)
         row["mem/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        if self.device.type == "cuda":
-            row["mem/peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        if self.device.type == "cuda":  # the run's peak so far, over every phase
+            row["mem/peak_gpu_mb"] = self.phase.peak_gpu_mb()
         row.update({f"time/{name}_s": t for name, t in spent.items()})
         return row
 
@@ -614,7 +674,7 @@ class LocalTrainer:
         cross = torch.nonzero(~rows.is_own).flatten()
         if len(cross):
             p_ids, p_mask = self.agents[k].prompt_ids(problems, self.cfg.prompt_style, "cpu")
-            with torch.no_grad():
+            with torch.no_grad(), self.autocast(), eval_mode(self.agents[k].model):
                 shared = self._shared(
                     self.agents[k],
                     rows.prompt_index[cross],
@@ -626,6 +686,52 @@ class LocalTrainer:
                 lp = shared.logprobs()
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """The model in eval mode for a no-grad pass over cached prompts: with gradient checkpointing, Hugging
+    Face turns the KV cache off in train mode. Same values (the agents have no dropout)."""
+    was = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+SUMMED = {"loss", "pg_loss", "kl", "rows", "own_rows"}  # a part's share: the parts add up to the whole
+
+
+def _weight(key: str, n: int, metrics: dict) -> float:
+    """How many rows a part's value of ``key`` averages over: its own rows, its cross rows, or all."""
+    own = metrics.get("own_rows", n)
+    if key.startswith(("s_homo", "own_")):
+        return own
+    if key.startswith(("s_hete", "cross_", "omega_")):
+        return n - own
+    return n
+
+
+def merge_parts(parts: list[tuple[int, dict]]) -> dict[str, float]:
+    """One update's metrics from its micro-batches' (row count, metrics): shares summed, minima and maxima
+    kept, means averaged over the rows they cover (own, cross or all), as over the whole mini-batch."""
+    if len(parts) == 1:
+        return parts[0][1]
+    out: dict[str, float] = {}
+    keys = {k for _, m in parts for k in m}
+    for key in keys:
+        vals = [(_weight(key, n, m), m[key]) for n, m in parts if key in m]
+        if key in SUMMED:
+            out[key] = sum(v for _, v in vals)
+        elif key.endswith("_min"):
+            out[key] = min(v for _, v in vals)
+        elif key.endswith("_max"):
+            out[key] = max(v for _, v in vals)
+        else:
+            total = sum(w for w, _ in vals)
+            out[key] = sum(w * v for w, v in vals) / total if total else vals[0][1]
+    return out
 
 
 def aggregate(logs: list[dict]) -> dict[str, float]:
