@@ -79,7 +79,9 @@ class TrainConfig(BaseModel):
     max_new_tokens: int = Field(13, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
-    old_logp: Literal["auto", "sampler", "forward"] = "auto"  # sampler log-probs are exact at T=1, top_p=1
+    # π_old: the sampler's log-probs (exact at T=1, top_p=1 on fp32 CPU kernels) or a trainer forward; auto:
+    # the sampler's where exact, else a forward (CUDA, bf16)
+    old_logp: Literal["auto", "sampler", "forward"] = "auto"
     skip_dead_rows: bool = True  # exact: no backward for cross rows whose clamp gives zero gradient
 
     val_every: int = Field(10, ge=0)  # 0: validate only before and after training

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -12,6 +13,12 @@ from hacpo.algo import cross_bounds, get_method
 from hacpo.config import load_train_config
 from hacpo.engines.local import LocalTrainer, train
 from hacpo.runio import MetricsLog, RunRecord
+
+TEST_DEVICE = os.environ.get("HACPO_TEST_DEVICE", "cpu")  # checked in conftest.py
+# |s − 1| for ratios that are 1 in exact arithmetic (π_old = π_θ before the first update): fp32 CPU kernels
+# reproduce the sampler's sums; on CUDA π_old is a trainer forward whose shapes (prefix groups, batch sizes)
+# differ from the update's, so reductions round differently
+RATIO_TOL = 1e-5 if TEST_DEVICE == "cpu" else 1e-3
 
 
 def _cfg(tmp_path, agents, method, **kw):
@@ -30,6 +37,7 @@ def _cfg(tmp_path, agents, method, **kw):
         val_every=0,
         checkpoint_every=0,
         seed=3,
+        device=TEST_DEVICE,
     )
     base.update(kw)
     return load_train_config(base)
@@ -118,13 +126,14 @@ def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
     assert [s[0] for s in seen] == [0, 1, 2, 3, 0, 1, 2, 3]  # m resets per learner and step
     for i, (m, own, w, spec, metrics) in enumerate(seen):
         k = 0 if i < 4 else 1
+        own, w = own.cpu(), w.cpu()  # the spy saw the batch on the run's device
         assert torch.all(w[own] == 1.0)
         assert torch.allclose(w[~own], omega[1 - k, k].expand_as(w[~own]))  # ω^(j,k)
         lo, hi = cross_bounds(spec, m)
         assert lo == pytest.approx(0.8 + 0.025 * m) and hi == 1.0
-        if m == 0:  # before the learner's first update its own ratio is exactly 1 (old = sampling log-probs)
-            assert metrics["s_homo_min"] == pytest.approx(1.0, abs=1e-5)
-            assert metrics["s_homo_max"] == pytest.approx(1.0, abs=1e-5)
+        if m == 0:  # before the learner's first update its own ratio is 1 (old = sampling log-probs on CPU)
+            assert metrics["s_homo_min"] == pytest.approx(1.0, abs=RATIO_TOL)
+            assert metrics["s_homo_max"] == pytest.approx(1.0, abs=RATIO_TOL)
     for name in ("llama", "qwen"):
         assert row[f"{name}/cross_lo"] == pytest.approx(0.8 + 0.025 * 1.5)  # mean over m = 0..3
         assert row[f"{name}/s_homo_mean"] == pytest.approx(1.0, abs=2e-2)
@@ -148,9 +157,9 @@ def test_identical_agents_give_unit_cross_ratio(tmp_path, toy_data, small_agent)
     )
     row = LocalTrainer(cfg).train_step(0)
     assert row["a/updates"] == 1
-    assert row["a/s_hete_mean"] == pytest.approx(1.0, abs=1e-5)
-    assert row["a/s_hete_min"] == pytest.approx(1.0, abs=1e-5)
-    assert row["a/s_homo_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert row["a/s_hete_mean"] == pytest.approx(1.0, abs=RATIO_TOL)
+    assert row["a/s_hete_min"] == pytest.approx(1.0, abs=RATIO_TOL)
+    assert row["a/s_homo_mean"] == pytest.approx(1.0, abs=RATIO_TOL)
 
 
 @pytest.mark.parametrize("val_every", [0, 2])  # 2: the resume step is also a validation step
@@ -184,7 +193,13 @@ def test_resume_after_kill_matches_uninterrupted(
 
     a = strip_time(MetricsLog(tmp_path / "ref/hacpo/metrics.jsonl").read())
     b = strip_time(MetricsLog(tmp_path / "killed/hacpo/metrics.jsonl").read())
-    assert a == b  # bitwise: same machine, same thread count
+    if TEST_DEVICE == "cpu":
+        assert a == b  # bitwise: same machine, same thread count
+    else:  # CUDA: atomics in embedding backward and split-K matmuls do not reproduce bitwise; 1e-4 relative
+        assert [r.keys() for r in a] == [r.keys() for r in b]
+        for ra, rb in zip(a, b, strict=True):
+            for key, value in ra.items():
+                assert rb[key] == pytest.approx(value, rel=1e-4, abs=1e-5), key
     va = MetricsLog(tmp_path / "ref/hacpo/validation.jsonl").read()
     vb = MetricsLog(tmp_path / "killed/hacpo/validation.jsonl").read()
     assert [v["step"] for v in va] == ([0, 0, 2, 2, 4, 4] if val_every else [0, 0, 4, 4])

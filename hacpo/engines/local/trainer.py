@@ -212,8 +212,15 @@ class LocalTrainer:
         self.validation = MetricsLog(self.out / "validation.jsonl")
         self.phase = Phases(self.device)
         self.gen_tokens = 0
-        if cfg.old_logp == "auto":
-            self.sampler_logp = cfg.temperature == 1.0 and cfg.top_p == 1.0
+        if cfg.old_logp == "auto":  # the sampler's log-probs are π_old exactly only where the decoder and
+            # the training forward run the same fp32 CPU kernels; on CUDA (TF32, other kernel shapes) or in
+            # bf16 they differ by more than GSPO's 3e-4 clip, so π_old is recomputed by the trainer there
+            self.sampler_logp = (
+                cfg.temperature == 1.0
+                and cfg.top_p == 1.0
+                and self.device.type == "cpu"
+                and cfg.precision == "fp32"
+            )
         else:
             self.sampler_logp = cfg.old_logp == "sampler"
 
