@@ -135,15 +135,17 @@ def sft_batch(prompts: list[list[int]], answers: list[list[int]], pad_id: int) -
 
 
 def _batch_loss(model, batch: dict, reduction: str = "mean") -> torch.Tensor:
+    dev = next(model.parameters()).device
+    on = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}  # the model's device
     logits = model(
-        input_ids=batch["input_ids"],
-        attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"],
+        input_ids=on["input_ids"],
+        attention_mask=on["attention_mask"],
+        position_ids=on["position_ids"],
     ).logits
-    start = batch["response_start"]
+    start = on["response_start"]
     logits = logits[:, start - 1 : -1, :].float()
     return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), batch["labels"].reshape(-1), reduction=reduction
+        logits.reshape(-1, logits.shape[-1]), on["labels"].reshape(-1), reduction=reduction
     )
 
 
@@ -179,10 +181,12 @@ def _read_meta(out_dir: Path) -> dict | None:
         return None
 
 
-def build_agent(spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, list[Problem]]) -> dict:
-    """Build tokenizer + model, run SFT, save both and ``agent.json`` to ``out_dir``; returns the metadata
-    (plus ``"path"`` and ``"cached"``). Cached on (spec hash, data digest). Deterministic in ``spec.seed``
-    for a fixed thread count."""
+def build_agent(
+    spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, list[Problem]], device: str = "cpu"
+) -> dict:
+    """Build tokenizer + model, run SFT (on ``device``), save both and ``agent.json`` to ``out_dir``;
+    returns the metadata (plus ``"path"`` and ``"cached"``). Cached on (spec hash, data digest): the device
+    is not part of it. Deterministic in ``spec.seed`` for a fixed device and thread count."""
     keep_freed_memory()
     out_dir = Path(out_dir)
     train = list(splits["train"])
@@ -196,7 +200,7 @@ def build_agent(spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, 
 
     t0 = time.perf_counter()
     tok = build_tokenizer(spec.tokenizer)
-    model = build_model(spec.arch, tok, spec.seed)
+    model = build_model(spec.arch, tok, spec.seed).to(device)
     pad = tok.pad_token_id
     p_rows = [prompt_ids(tok, p, spec.style) for p in train]
     a_rows = [answer_ids(tok, p, spec.style) for p in train]
@@ -270,6 +274,7 @@ def build_agent(spec: WarmupSpec, out_dir: str | os.PathLike, splits: dict[str, 
         "fingerprint": tokenizer_fingerprint(tok),
         "n_params": param_count(model),
         "model_class": type(model).__name__,
+        "device": str(device),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     _save_atomically(out_dir, model, tok, meta)

@@ -1,0 +1,31 @@
+"""The GPU benchmark script runs end to end on a CPU at tiny sizes (--tiny): it must not rot between the
+sessions that have a GPU. Its numbers here mean nothing; docs/performance.md has the GPU figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytestmark = pytest.mark.slow
+
+
+def test_bench_gpu_tiny_on_cpu(tmp_path):
+    out = tmp_path / "bench"
+    script = ROOT / "benchmarks" / "bench_gpu.py"
+    cmd = [sys.executable, str(script), "--tiny", "--device", "cpu", "--steps", "1", "--out", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    report = json.loads((out / "bench_gpu.json").read_text())
+    assert set(report["pairs"]) == {"small", "realistic"}
+    for pair, body in report["pairs"].items():
+        assert [(x["method"], len(x["agents"])) for x in body["runs"]] == [
+            ("gspo", 1), ("gspo", 1), ("gspo_x2", 1), ("gspo_x2", 1), ("hacpo", 2)]  # fmt: skip
+        assert body["compare"]["hacpo_over_gspo_x2"] > 0 and "hacpo_time_split" in body["compare"]
+        assert all(x["synthetic_reward"] == (pair == "realistic") for x in body["runs"])
+    assert "declared synthetic reward" in (out / "bench_gpu.md").read_text()
