@@ -74,8 +74,9 @@ def small_pair(out: Path, device: str, tiny: bool) -> tuple[dict[str, Path], Pat
     return paths, data
 
 
-def realistic_pair(out: Path, tiny: bool) -> tuple[dict[str, Path], Path]:
-    """Qwen3-0.6B- and Qwen3-1.7B-shaped models, random weights, one 151,936-word local tokenizer."""
+def realistic_pair(out: Path, tiny: bool, device: str) -> tuple[dict[str, Path], Path]:
+    """Qwen3-0.6B- and Qwen3-1.7B-shaped models, random weights (initialised on ``device``, saved in bf16;
+    the engine loads fp32 master weights), one 151,936-word local tokenizer."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
 
@@ -116,8 +117,9 @@ def realistic_pair(out: Path, tiny: bool) -> tuple[dict[str, Path], Path]:
                 pad_token_id=tok.pad_token_id, **shape,
             )  # fmt: skip
             torch.manual_seed(i)
-            model = Qwen3ForCausalLM(cfg)
-            model.save_pretrained(path)
+            with torch.device(device):
+                model = Qwen3ForCausalLM(cfg)
+            model.to(torch.bfloat16).save_pretrained(path)
             tok.save_pretrained(path)
             del model
         paths[name] = path
@@ -225,7 +227,7 @@ def main() -> None:
     for pair in args.pairs.split(","):
         realistic = pair == "realistic"
         if realistic:
-            agents, data = realistic_pair(out, args.tiny)
+            agents, data = realistic_pair(out, args.tiny, args.device)
         else:
             agents, data = small_pair(out, args.device, args.tiny)
         a, b = list(agents)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# One prepared run on a lent GPU machine (issue 12; docs/performance.md "On one GPU"), under 8 minutes:
+#   1. the device-sensitive tests on CUDA (HACPO_TEST_DEVICE=cuda): the local engine, models and decoding,
+#      agents, evaluation settings, CLI;
+#   2. benchmarks/bench_gpu.py: HACPO vs GSPO×2 vs GSPO on a warmed ~3M/25M pair and a random
+#      Qwen3-0.6B/1.7B-shaped pair (declared synthetic reward), 2 steps each.
+# Results under $OUT (default results/device): versions, nvidia-smi, pytest.txt, bench/bench_gpu.{json,md}.
+# Carry .device-wheels (scripts/device_wheels.sh) and .cache/test-agents (the tests' warmed toy agents).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/device}
+mkdir -p "$OUT"
+if [ -d .device-wheels ]; then
+  python -m pip install -q --no-index --find-links .device-wheels 'math-verify[antlr4_13_2]' pydantic hypothesis \
+    > "$OUT/pip.txt" 2>&1 || echo "pip install failed (see $OUT/pip.txt)"
+fi
+export PYTHONPATH=. TOKENIZERS_PARALLELISM=false
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+python -c 'import torch, transformers; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name(0))' \
+  > "$OUT/versions.txt" 2>&1
+cat "$OUT/versions.txt"
+
+t0=$(date +%s)
+HACPO_TEST_DEVICE=cuda timeout -k 10 240 python -m pytest -q -p no:cacheprovider -x --durations=10 \
+  tests/test_local_engine.py tests/test_lm.py tests/test_agents.py tests/test_eval_settings.py tests/test_cli.py \
+  > "$OUT/pytest.txt" 2>&1
+echo "pytest rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/pytest.txt"
+tail -n 3 "$OUT/pytest.txt"
+
+t0=$(date +%s)
+timeout -k 10 330 python benchmarks/bench_gpu.py --out "$OUT/bench" > "$OUT/bench.txt" 2>&1
+echo "bench rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/bench.txt"
+tail -n 40 "$OUT/bench.txt"
