@@ -21,7 +21,7 @@ python -c 'import torch, transformers; print(torch.__version__, transformers.__v
 cat "$OUT/versions.txt"
 
 t0=$(date +%s)
-HACPO_TEST_DEVICE=cuda timeout -k 10 240 python -m pytest -q -p no:cacheprovider -x --durations=10 \
+HACPO_TEST_DEVICE=cuda timeout -k 10 240 python -m pytest -q -p no:cacheprovider --durations=10 \
   tests/test_local_engine.py tests/test_lm.py tests/test_agents.py tests/test_eval_settings.py tests/test_cli.py \
   > "$OUT/pytest.txt" 2>&1
 echo "pytest rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/pytest.txt"

@@ -75,3 +75,11 @@ def test_walkthrough_run_config_is_the_one_shown_and_its_checkpoint_is_evaluated
     assert {a.path for a in cfg.agents} <= built
     (data,) = [a[a.index("--out") + 1] for a in COMMANDS if a[:2] == ["hacpo", "data"]]
     assert Path(cfg.train_file).parent == Path(cfg.val_file).parent == Path(data)
+
+
+def test_shipped_run_configs_validate():
+    """Every run config under config/runs/ is a valid TrainConfig (its model paths may not exist here)."""
+    shipped = sorted((ROOT / "config" / "runs").glob("*.yaml"))
+    assert len(shipped) >= 2
+    for path in shipped:
+        load_train_config(str(path))
