@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--dev", help="dev problems (JSONL) for the stopping rule")
     b.add_argument("--out", required=True)
     b.add_argument("--threads", type=int, default=1)
+    b.add_argument("--device", default="cpu", help="cpu (default; bitwise reproducible) or cuda")
     b.set_defaults(func=cmd_build_agent)
 
     t = sub.add_parser("train", help="train one run (resumes from its last checkpoint)")

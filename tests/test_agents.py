@@ -349,6 +349,9 @@ def test_build_agent_from_args(tmp_path, add2):
         build_agent_from_args(SimpleNamespace(**{**vars(args), "spec": str(specs)}))
     with pytest.raises(ValueError, match="no spec named"):
         build_agent_from_args(SimpleNamespace(**{**vars(args), "spec": f"{specs}:huge"}))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            build_agent_from_args(SimpleNamespace(**{**vars(args), "device": "cuda"}))
     specs.write_text("arch: {arch: llama, hidden: 32}\nlearning_rate: 1.0\n")
     with pytest.raises(ValueError, match="unknown WarmupSpec keys"):
         build_agent_from_args(SimpleNamespace(**{**vars(args), "spec": str(specs)}))

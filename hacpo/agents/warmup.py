@@ -332,7 +332,10 @@ def build_agent_from_args(args) -> dict:
         splits[name] = read_jsonl(f, as_problems=True)
     if getattr(args, "threads", None):
         torch.set_num_threads(int(args.threads))
-    info = build_agent(spec, args.out, splits)
+    device = getattr(args, "device", None) or "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: torch sees no CUDA device here; use --device cpu")
+    info = build_agent(spec, args.out, splits, device=device)
     return {**info, "params": info["n_params"]}
 
 
