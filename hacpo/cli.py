@@ -176,7 +176,9 @@ def cmd_eval(args) -> int:
     else:
         from hacpo.eval.local import LocalGenerator
 
-        gen = LocalGenerator(args.checkpoint, device=args.device, threads=args.threads)
+        gen = LocalGenerator(
+            args.checkpoint, device=args.device, threads=args.threads, batch_tokens=args.batch_tokens
+        )
     for b in args.benchmark:
         prefix = Path(args.out) / Path(b).stem
         workers = args.scorer_workers or 0
@@ -263,6 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--device", default="auto")
     e.add_argument("--threads", type=int, default=1)
+    e.add_argument(
+        "--batch-tokens", type=int, default=None,
+        help="local engine: prompt + new tokens generated at once (the KV cache); default 256 problems",
+    )  # fmt: skip
     e.add_argument("--scorer-workers", type=int, help="math-verify processes (default 0, or the setting's)")
     e.set_defaults(func=cmd_eval)
 

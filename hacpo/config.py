@@ -99,6 +99,9 @@ class TrainConfig(BaseModel):
     # ... and cut each mini-batch into micro-batches of at most this many prompt + response tokens, their
     # gradients accumulated to the mini-batch's (None: the whole mini-batch in one forward/backward)
     micro_batch_tokens: int | None = Field(None, ge=1)
+    # ... and generate validation answers in batches whose prompt + new tokens (the KV cache) fit this
+    # budget (None: 512 problems per batch)
+    generation_batch_tokens: int | None = Field(None, ge=1)
     scorer_workers: int = Field(0, ge=0)
     progress: bool = False
     # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
@@ -151,7 +154,7 @@ class TrainConfig(BaseModel):
     def config_hash(self) -> str:
         """Identity of a run's maths: equal hashes resume each other; runtime knobs are left out."""
         runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf"}
-        runtime |= {"gradient_checkpointing", "micro_batch_tokens"}
+        runtime |= {"gradient_checkpointing", "micro_batch_tokens", "generation_batch_tokens"}
         keep = self.model_dump(exclude=runtime)
         if keep["precision"] == "fp32":  # the default: runs from before the option keep their identity
             del keep["precision"]

@@ -374,3 +374,31 @@ def test_prompts_disable_qwen3_thinking():
     )
     ids = prompt_ids(tok, Problem("p", "12+34", "46", "add2", 0), "compact")
     assert tok.decode(ids).endswith("12+34=<think></think>")
+
+
+def test_generation_batches_from_a_token_budget(small_agent, toy_data):
+    """Validation and local evaluation size their generation batches from a token budget (the KV cache of
+    prompt + new tokens), never from a fixed row count alone; greedy answers do not depend on the batching."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hacpo.agents.lm import rows_per_batch
+    from hacpo.agents.prompting import greedy_responses
+    from hacpo.data.synthetic import read_jsonl
+    from hacpo.eval import Sampling
+    from hacpo.eval.local import LocalGenerator
+
+    assert rows_per_batch(None, 100, 512) == 512
+    assert rows_per_batch(1000, 100, 512) == 10 and rows_per_batch(50, 100, 512) == 1
+    model = AutoModelForCausalLM.from_pretrained(small_agent).eval()
+    tok = AutoTokenizer.from_pretrained(small_agent)
+    problems = read_jsonl(toy_data / "test.jsonl", as_problems=True)[:12]
+    whole = greedy_responses(model, tok, problems, "compact", 14)
+    assert (
+        greedy_responses(model, tok, problems, "compact", 14, batch_tokens=60) == whole
+    )  # ~2 rows per batch
+    gen = LocalGenerator(str(small_agent), device="cpu", batch_tokens=60)
+    sampling = Sampling(
+        greedy=True, k=1, temperature=1.0, top_p=1.0, max_new_tokens=14, prompt_style="compact", seed=0
+    )
+    rows = [p.to_dict() for p in problems]
+    assert [r[0] for r in gen.generate(rows, sampling)] == whole

@@ -35,6 +35,14 @@ def left_pad(rows: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
     return ids, mask
 
 
+def rows_per_batch(budget_tokens: int | None, tokens_per_row: int, default: int) -> int:
+    """Rows to generate at once: ``default`` without a budget, else as many rows of ``tokens_per_row``
+    (prompt + new tokens: the KV cache) as fit in ``budget_tokens``, at least one."""
+    if budget_tokens is None:
+        return default
+    return max(1, budget_tokens // max(1, tokens_per_row))
+
+
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     return (mask.long().cumsum(-1) - 1).clamp(min=0)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from hacpo.agents.lm import generate, left_pad
+from hacpo.agents.lm import generate, left_pad, rows_per_batch
 from hacpo.agents.retokenize import response_text
 from hacpo.data.synthetic import Problem, user_message
 from hacpo.reward import extract_boxed
@@ -46,13 +46,21 @@ def exact_boxed_match(responses: Sequence[str], golds: Sequence[str]) -> list[fl
 
 @torch.no_grad()
 def greedy_responses(
-    model, tokenizer, problems: list[Problem], style: str, max_new_tokens: int, batch_size: int = 512
+    model,
+    tokenizer,
+    problems: list[Problem],
+    style: str,
+    max_new_tokens: int,
+    batch_size: int = 512,
+    batch_tokens: int | None = None,
 ) -> list[str]:
     """Greedy response texts (EOS stripped), in the order of ``problems``."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     prompts = [prompt_ids(tokenizer, p, style) for p in problems]
+    longest = max((len(x) for x in prompts), default=0)
+    batch_size = rows_per_batch(batch_tokens, longest + max_new_tokens, batch_size)
     order = sorted(range(len(problems)), key=lambda i: len(prompts[i]))  # similar lengths → little padding
     out: list[str] = [""] * len(problems)
     try:
@@ -83,9 +91,10 @@ def greedy_accuracy(
     max_new_tokens: int,
     judge: Judge,
     batch_size: int = 512,
+    batch_tokens: int | None = None,
 ) -> float:
     """Fraction of ``problems`` whose greedy response ``judge`` accepts (mean of its 0/1 verdicts)."""
     if not problems:
         raise ValueError("greedy_accuracy needs at least one problem")
-    texts = greedy_responses(model, tokenizer, problems, style, max_new_tokens, batch_size)
+    texts = greedy_responses(model, tokenizer, problems, style, max_new_tokens, batch_size, batch_tokens)
     return sum(judge(texts, [p.answer for p in problems])) / len(problems)

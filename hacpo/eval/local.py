@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hacpo.agents.lm import generate, left_pad
+from hacpo.agents.lm import generate, left_pad, rows_per_batch
 from hacpo.agents.prompting import prompt_ids
 from hacpo.agents.retokenize import response_text
 from hacpo.cpu import keep_freed_memory
@@ -14,7 +14,7 @@ from hacpo.data.synthetic import as_problem
 class LocalGenerator:
     """``generate(problems, sampling) → list[list[str]]`` (k responses per problem) for one checkpoint."""
 
-    def __init__(self, path: str, device: str = "auto", threads: int = 1):
+    def __init__(self, path: str, device: str = "auto", threads: int = 1, batch_tokens: int | None = None):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(threads)
@@ -26,6 +26,7 @@ class LocalGenerator:
         )
         self.tok = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        self.batch_tokens = batch_tokens  # KV-cache budget per generation batch (None: 256 problems)
         self.eos = self.tok.eos_token_id
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos
 
@@ -33,6 +34,12 @@ class LocalGenerator:
     def generate(self, problems: list[dict], sampling, batch_size: int = 256) -> list[list[str]]:
         gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
         out: list[list[str]] = []
+        if self.batch_tokens is not None:  # problems per batch: their k rows fit the token budget
+            style = sampling.prompt_style
+            longest = max((len(prompt_ids(self.tok, as_problem(p), style)) for p in problems), default=0)
+            per_row = longest + sampling.max_new_tokens
+            rows = rows_per_batch(self.batch_tokens, per_row, batch_size * sampling.k)
+            batch_size = max(1, rows // sampling.k)
         for start in range(0, len(problems), batch_size):
             chunk = problems[start : start + batch_size]
             seqs = [prompt_ids(self.tok, as_problem(p), sampling.prompt_style) for p in chunk]

@@ -578,6 +578,7 @@ class LocalTrainer:
                     self.cfg.prompt_style,
                     self.cfg.max_new_tokens,
                     self.scorer.score,
+                    batch_tokens=self.cfg.generation_batch_tokens,
                 )
                 self.validation.append(
                     {"step": step, "agent": agent.name, "acc": accs[agent.name], "n": len(self.val)}
