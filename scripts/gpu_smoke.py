@@ -22,44 +22,59 @@ from hacpo.agents.tokenizers import build_tokenizer
 from hacpo.data.synthetic import make_splits, write_jsonl
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="results/gpu-smoke")
-    p.add_argument("--gpus", type=int, default=1)
-    args = p.parse_args()
-    out = Path(args.out).resolve()
+def smoke_inputs(out: Path, agents: list[tuple[str, str, str]]) -> None:
+    """Synthetic additions (64 train, 20 dev, 20 test) and randomly initialised small models, one per
+    ``(name, arch, tokenizer kind)``, under ``out`` (shared with scripts/gpu_smoke_joint.py)."""
     splits = make_splits(["add2"], seed=0, n_test=20, n_dev=20, n_train=64)
     for name, problems in splits.items():
         write_jsonl(out / "data" / f"{name}.jsonl", [x.to_dict() for x in problems])
-    for i, kind in enumerate(("word", "char")):  # two models, two tokenizers
+    for i, (name, arch, kind) in enumerate(agents):
         tok = build_tokenizer(kind)
-        arch = AgentArch("qwen3", hidden=256, layers=2, heads=4, intermediate=512, max_positions=512)
-        model_dir = out / "models" / f"m{i}"
-        build_model(arch, tok, seed=i).save_pretrained(model_dir)
-        tok.save_pretrained(model_dir)
-    run = {
-        "method": "gspo",
-        "agents": [{"name": "m0", "path": str(out / "models" / "m0")}],
+        shape = AgentArch(arch, hidden=256, layers=2, heads=4, intermediate=512, max_positions=512)
+        build_model(shape, tok, seed=i).save_pretrained(out / "models" / name)
+        tok.save_pretrained(out / "models" / name)
+
+
+def smoke_run(
+    out: Path, method: str, names: list[str], steps: int, minibatch: int, gpus: int, **openrlhf
+) -> dict:
+    """The run config of a smoke run: 8 prompts × 4 samples, 32 new tokens, validation and a checkpoint
+    every step, OpenRLHF on ``gpus`` GPUs with small micro-batches and prompts."""
+    return {
+        "method": method,
+        "agents": [{"name": n, "path": str(out / "models" / n)} for n in names],
         "train_file": str(out / "data" / "train.jsonl"),
         "val_file": str(out / "data" / "dev.jsonl"),
         "out_dir": str(out / "run"),
-        "steps": 2,
+        "steps": steps,
         "prompts_per_step": 8,
         "group_size": 4,
-        "minibatch_size": 16,
+        "minibatch_size": minibatch,
         "max_new_tokens": 32,
         "val_every": 1,
         "val_size": 20,
         "checkpoint_every": 1,
         "lr": 1e-6,
         "openrlhf": {
-            "gpus_per_node": args.gpus,
-            "micro_train_batch_size": 16 // args.gpus // 4 or 1,
+            "gpus_per_node": gpus,
             "micro_rollout_batch_size": 4,
             "max_prompt_tokens": 64,
-            "vllm_gpu_memory_utilization": 0.3,
+            **openrlhf,
         },
     }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="results/gpu-smoke")
+    p.add_argument("--gpus", type=int, default=1)
+    args = p.parse_args()
+    out = Path(args.out).resolve()
+    smoke_inputs(out, [("m0", "qwen3", "word"), ("m1", "qwen3", "char")])  # two models, two tokenizers
+    run = smoke_run(
+        out, "gspo", ["m0"], steps=2, minibatch=16, gpus=args.gpus,
+        micro_train_batch_size=16 // args.gpus // 4 or 1, vllm_gpu_memory_utilization=0.3,
+    )  # fmt: skip
     hacpo = [sys.executable, "-m", "hacpo"]
     subprocess.run([*hacpo, "train", json.dumps(run), "--engine", "openrlhf"], check=True)
     record = json.loads((out / "run" / "run.json").read_text())

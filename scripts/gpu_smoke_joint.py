@@ -23,9 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-from hacpo.agents.models import AgentArch, build_model
-from hacpo.agents.tokenizers import build_tokenizer
-from hacpo.data.synthetic import make_splits, write_jsonl
+sys.path.insert(0, str(Path(__file__).parent))
+from gpu_smoke import smoke_inputs, smoke_run  # noqa: E402  (the single-agent smoke script's pieces)
 
 AGENTS = [("llama_char", "llama", "char"), ("qwen3_char", "qwen3", "char"), ("qwen3_word", "qwen3", "word")]
 
@@ -37,37 +36,13 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=1800, help="seconds per launch")
     args = p.parse_args()
     out = Path(args.out).resolve()
-    splits = make_splits(["add2"], seed=0, n_test=20, n_dev=20, n_train=64)
-    for name, problems in splits.items():
-        write_jsonl(out / "data" / f"{name}.jsonl", [x.to_dict() for x in problems])
-    for i, (name, arch, kind) in enumerate(AGENTS):
-        tok = build_tokenizer(kind)
-        shape = AgentArch(arch, hidden=256, layers=2, heads=4, intermediate=512, max_positions=512)
-        build_model(shape, tok, seed=i).save_pretrained(out / "models" / name)
-        tok.save_pretrained(out / "models" / name)
-    run = {
-        "method": "hacpo",
-        "agents": [{"name": name, "path": str(out / "models" / name)} for name, _, _ in AGENTS],
-        "train_file": str(out / "data" / "train.jsonl"),
-        "val_file": str(out / "data" / "dev.jsonl"),
-        "out_dir": str(out / "run"),
-        "steps": 3,
-        "prompts_per_step": 8,
-        "group_size": 4,
-        "minibatch_size": 48,  # 3 agents × 8 prompts × 4 = 96 rows per learner: 2 updates per step
-        "max_new_tokens": 32,
-        "val_every": 1,
-        "val_size": 20,
-        "checkpoint_every": 1,
-        "lr": 1e-6,
-        "openrlhf": {
-            "gpus_per_node": args.gpus,
-            "micro_train_batch_size": 4,
-            "micro_rollout_batch_size": 4,
-            "max_prompt_tokens": 64,
-            "vllm_gpu_memory_utilization": 0.2,
-        },
-    }
+    smoke_inputs(out, AGENTS)
+    names = [name for name, _, _ in AGENTS]
+    # 3 agents × 8 prompts × 4 samples = 96 rows per learner: 2 updates of 48 per step
+    run = smoke_run(
+        out, "hacpo", names, steps=3, minibatch=48, gpus=args.gpus,
+        micro_train_batch_size=4, vllm_gpu_memory_utilization=0.2,
+    )  # fmt: skip
     hacpo = [sys.executable, "-m", "hacpo", "train", json.dumps(run), "--engine", "openrlhf"]
     state = out / "run" / "openrlhf" / "joint_state.json"
     first = subprocess.Popen(hacpo, start_new_session=True)

@@ -263,3 +263,29 @@ def test_reward_is_bounded_and_total_in_threads(reward_module):
         assert out["extra_logs"]["reward_error"].item() == 1.0
         assert float(out["rewards"].sum()) == 0.0
     assert threading.active_count() < 50
+
+
+def test_gpu_smoke_scripts_build_valid_commands(tmp_path):
+    """The GPU smoke scripts' runs (single-agent GSPO; three agents sharing one GPU) pass every check the
+    OpenRLHF commands make before launch, so a CUDA box finds no arithmetic error minutes in."""
+    import sys
+
+    from hacpo.config import load_train_config
+    from hacpo.engines.openrlhf.command import joint_agent_args
+    from hacpo.engines.openrlhf.runner import joint_command
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import gpu_smoke
+        import gpu_smoke_joint
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    names = [a[0] for a in gpu_smoke_joint.AGENTS]
+    single = gpu_smoke.smoke_run(tmp_path, "gspo", ["m0"], 2, 16, 1, micro_train_batch_size=4)
+    joint = gpu_smoke.smoke_run(tmp_path, "hacpo", names, 3, 48, 1, micro_train_batch_size=4)
+    cfg = load_train_config(single)
+    assert build_command(cfg, cfg.openrlhf, Layout(tmp_path))[1:3] == ["-m", "openrlhf.cli.train_ppo_ray"]
+    cfg = load_train_config(joint)
+    driver = joint_command(cfg, cfg.openrlhf, Layout(tmp_path))
+    assert driver[1:3] == ["-m", "hacpo.engines.openrlhf.joint.driver"]
+    assert all(joint_agent_args(cfg, cfg.openrlhf, Layout(tmp_path), k) for k in range(3))
