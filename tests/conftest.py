@@ -78,6 +78,23 @@ def shared_dir() -> Path:
     return SHARED
 
 
+@pytest.fixture
+def wait_until():
+    """``wait_until(predicate, timeout_s, what)``: poll each second until ``predicate()`` is truthy."""
+    import time
+
+    def wait(predicate, timeout_s: float, what: str):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(1)
+        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+    return wait
+
+
 @pytest.fixture(scope="module")
 def slurm_cluster():
     """A real slurmctld + slurmd + munged on localhost for this module; always torn down afterwards.

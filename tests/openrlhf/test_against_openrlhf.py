@@ -395,41 +395,31 @@ def _job_state(jobid: str) -> str:
     return out.stdout.strip()
 
 
-def _wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
 def _ray_job_command(code: str) -> str:
     hacpo = Path(sys.executable).with_name("hacpo")
     return f'{hacpo} ray-job -- {sys.executable} -c "{code}"'
 
 
-def test_ray_job_through_slurm(slurm_cluster, tmp_path):
+def test_ray_job_through_slurm(slurm_cluster, tmp_path, wait_until):
     """An sbatch job starts its own Ray on the job's node, a task runs there, and the job leaves nothing."""
     code = (
         "import os, ray; ray.init(); "
         "print('answer', ray.get(ray.remote(lambda: 41 + 1).remote()), 'job', os.environ['SLURM_JOB_ID'])"
     )
     jobid = _sbatch(tmp_path, _ray_job_command(code))
-    state = _wait_for(lambda: _job_state(jobid) in ("COMPLETED", "FAILED") and _job_state(jobid), 300, "job")
+    state = wait_until(lambda: _job_state(jobid) in ("COMPLETED", "FAILED") and _job_state(jobid), 300, "job")
     log = (tmp_path / f"job-{jobid}.out").read_text(errors="replace")
     assert state == "COMPLETED" and f"answer 42 job {jobid}" in log, log[-3000:]
     assert leftovers() == []
 
 
-def test_ray_job_scancelled_stops_everything(slurm_cluster, tmp_path):
+def test_ray_job_scancelled_stops_everything(slurm_cluster, tmp_path, wait_until):
     """scancel mid-job: the job's Ray cluster (head, raylet, workers) is gone and nothing else is left."""
     code = "import ray, time; ray.init(); print('up', flush=True); time.sleep(600)"
     jobid = _sbatch(tmp_path, _ray_job_command(code))
     out = tmp_path / f"job-{jobid}.out"
-    _wait_for(lambda: out.exists() and "up" in out.read_text(errors="replace").split(), 300, "Ray up")
+    wait_until(lambda: out.exists() and "up" in out.read_text(errors="replace").split(), 300, "Ray up")
     assert any(f"ray-hacpo-{jobid}-" in line for line in leftovers()), "the job's cluster should be running"
     subprocess.run(["scancel", jobid], check=True, timeout=60)
-    _wait_for(lambda: _job_state(jobid) in ("CANCELLED", "COMPLETED", "FAILED"), 120, "the job to end")
-    _wait_for(lambda: not leftovers(), 60, "every process of the job's Ray cluster to stop")
+    wait_until(lambda: _job_state(jobid) in ("CANCELLED", "COMPLETED", "FAILED"), 120, "the job to end")
+    wait_until(lambda: not leftovers(), 60, "every process of the job's Ray cluster to stop")
