@@ -11,7 +11,13 @@ import math
 import pytest
 import torch
 
-from hacpo.algo import capability_baseline, group_advantages, group_by_prompt, joint_advantages
+from hacpo.algo import (
+    capability_baseline,
+    group_advantages,
+    group_by_prompt,
+    joint_advantages,
+    row_advantages,
+)
 
 F64 = torch.float64
 EPS = 1e-6
@@ -394,3 +400,26 @@ def test_joint_advantages_bad_input():
         joint_advantages(torch.zeros(0, 2, 4), learner=0, omega_learner_over=w)
     with pytest.raises(ValueError, match="agents"):
         joint_advantages(torch.zeros(2, 8), learner=0, omega_learner_over=w)
+
+
+def test_row_advantages_on_shuffled_flat_rows():
+    """Flat rows in any order: each row gets the advantage of its place in its (prompt, agent) group, for
+    joint baselines and for a single agent's group normalisation."""
+    gen = torch.Generator().manual_seed(7)
+    p_, n_, g_ = 4, 3, 4
+    r = torch.randint(0, 2, (p_, n_, g_), generator=gen).to(F64)
+    pid = torch.arange(p_)[:, None, None].expand(p_, n_, g_).flatten()
+    aid = torch.arange(n_)[None, :, None].expand(p_, n_, g_).flatten()
+    perm = torch.randperm(p_ * n_ * g_, generator=gen)
+    w = t([1.0, 2.0, 0.5])
+    for baseline in ("capability", "joint_mean", "own_mean"):
+        want = joint_advantages(r, 1, w, baseline).flatten()[perm]
+        got = row_advantages(r.flatten()[perm], pid[perm], aid[perm], n_, 1, w, baseline)
+        torch.testing.assert_close(got, want)
+    own = r[:, :1]
+    rows = torch.randperm(p_ * g_, generator=gen)
+    single = row_advantages(own.flatten()[rows], (torch.arange(p_ * g_) // g_)[rows], torch.zeros(p_ * g_), 1)
+    torch.testing.assert_close(single, group_advantages(own[:, 0]).flatten()[rows])
+    with pytest.raises(ValueError, match="single-agent"):
+        row_advantages(r.flatten(), pid, aid, n_)
+

@@ -7,7 +7,13 @@
 - :mod:`~hacpo.algo.methods` — the method registry (§2, §8)
 """
 
-from .advantages import capability_baseline, group_advantages, group_by_prompt, joint_advantages
+from .advantages import (
+    capability_baseline,
+    group_advantages,
+    group_by_prompt,
+    joint_advantages,
+    row_advantages,
+)
 from .capability import CapabilityTracker, omega, omega_matrix, step_accuracy
 from .losses import (
     LossSpec,
@@ -45,6 +51,7 @@ __all__ = [
     "gspo_token_ratio",
     "hacpo_cross_row_loss",
     "joint_advantages",
+    "row_advantages",
     "k3_kl",
     "k3_kl_tokens",
     "masked_mean",

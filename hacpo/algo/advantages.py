@@ -129,3 +129,32 @@ def group_by_prompt(prompt_ids, agent_ids, n_agents: int):
         )
     order = torch.argsort(key, stable=True)
     return order.view(len(uniq), n_agents, int(counts[0])), uniq
+
+
+def row_advantages(
+    rewards,
+    prompt_ids,
+    agent_ids,
+    n_agents: int,
+    learner: int = 0,
+    omega_learner_over=None,
+    baseline: str | None = None,
+) -> torch.Tensor:
+    """One learner's advantages for flat rows in any order (§3.2): rows grouped by prompt id and agent
+    (:func:`group_by_prompt`), then :func:`joint_advantages` with ``baseline`` (joint methods), or
+    :func:`group_advantages` over the single agent's rows when ``baseline`` is None. Returns ``[R]``, aligned
+    with ``rewards``.
+    """
+    r = as_float("rewards", rewards)
+    index, _ = group_by_prompt(prompt_ids, agent_ids, n_agents)
+    grouped = r[index]  # [P, n, G]
+    if baseline is None:
+        if n_agents != 1:
+            raise ValueError(f"group advantages are single-agent; got rows of {n_agents} agents")
+        adv = group_advantages(grouped[:, 0]).unsqueeze(1)
+    else:
+        adv = joint_advantages(grouped, learner, omega_learner_over, baseline)
+    out = torch.empty_like(r)
+    out[index.reshape(-1)] = adv.reshape(-1).to(out.dtype)
+    return out
+

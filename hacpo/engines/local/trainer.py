@@ -39,10 +39,8 @@ from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, s
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
-    group_advantages,
-    group_by_prompt,
-    joint_advantages,
     policy_loss_live_rows,
+    row_advantages,
     seq_mean_logp,
 )
 from hacpo.config import TrainConfig
@@ -433,15 +431,10 @@ class LocalTrainer:
     def _advantages(self, k, rolls, sources: list[int], prompt_index, source, omegas) -> torch.Tensor:
         """Per-prompt advantages of learner k; ``source`` is each row's position in ``sources``."""
         rewards = torch.cat([rolls[j].rewards for j in sources])
-        index, _ = group_by_prompt(prompt_index, source, len(sources))
-        grouped = rewards[index]  # [P, n, G]
-        if self.method.joint:
-            adv = joint_advantages(grouped, sources.index(k), omegas[k, sources], self.method.baseline)
-        else:
-            adv = group_advantages(grouped[:, 0]).unsqueeze(1)
-        out = torch.empty_like(rewards)
-        out[index.reshape(-1)] = adv.reshape(-1).to(out.dtype)
-        return out
+        if not self.method.joint:
+            return row_advantages(rewards, prompt_index, source, 1)
+        n, learner, weights = len(sources), sources.index(k), omegas[k, sources]
+        return row_advantages(rewards, prompt_index, source, n, learner, weights, self.method.baseline)
 
     def _order(self, rows: Rows, k: int, step: int) -> torch.Tensor:
         n = rows.is_own.shape[0]

@@ -23,7 +23,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
 from hacpo.agents.retokenize import cross_tokens
-from hacpo.algo import group_advantages, group_by_prompt, joint_advantages
+from hacpo.algo import row_advantages
 from hacpo.algo.methods import Method
 
 PROMPT_ID, SOURCE, IS_SELF = "hacpo/prompt_id", "hacpo/source", "hacpo/is_self"
@@ -175,19 +175,16 @@ def assign_advantages(
         raise ValueError(f"learner {learner} has no own rows among the rows (sources {sources})")
     pos = torch.tensor([sources.index(s) for s in src.tolist()])
     rewards = torch.stack([r.rewards.reshape(()) for r in rows]).to(torch.float32)
-    index, _ = group_by_prompt(pid, pos, len(sources))
-    grouped = rewards[index]  # [P, n, G]
     if method.joint:
         w = torch.as_tensor(omegas, dtype=torch.float64)
         if w.shape != (n_agents, n_agents):
             raise ValueError(f"omegas must be [{n_agents}, {n_agents}], got {tuple(w.shape)}")
-        adv = joint_advantages(grouped, sources.index(learner), w[learner, sources], method.baseline)
+        k = sources.index(learner)
+        flat = row_advantages(rewards, pid, pos, len(sources), k, w[learner, sources], method.baseline)
     else:
         if len(sources) != 1:
             raise ValueError(f"method {method.name!r} is single-agent but rows come from agents {sources}")
-        adv = group_advantages(grouped[:, 0]).unsqueeze(1)
-    flat = torch.empty_like(rewards)
-    flat[index.reshape(-1)] = adv.reshape(-1).to(flat.dtype)
+        flat = row_advantages(rewards, pid, pos, 1)
     for row, a in zip(rows, flat.tolist(), strict=True):
         row.info[ADV] = _scalar(a)
         per_token = row.action_mask.to(torch.float32) * a
