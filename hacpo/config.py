@@ -141,6 +141,15 @@ class TrainConfig(BaseModel):
             raise ValueError(f"method {self.method!r} trains a single agent; give exactly one, got {names}")
         return self
 
+    def validation_due(self, done: int) -> bool:
+        """Validation runs before training, every ``val_every`` steps, and after the last step."""
+        every = self.val_every
+        return done == 0 or done == self.steps or bool(every and done % every == 0)
+
+    def checkpoint_due(self, done: int) -> bool:
+        """A checkpoint after every ``checkpoint_every`` steps and after the last one."""
+        return bool(self.checkpoint_every and done % self.checkpoint_every == 0) or done == self.steps
+
     def resolved_method(self) -> Method:
         """The registry method under this run's variant knobs."""
         return get_method(self.method).variant(

@@ -249,7 +249,7 @@ class LocalTrainer:
             self._load_checkpoint(start)
         self.metrics.truncate_to(start)
         self.validation.truncate_to(start + 1 if start else 0)
-        if start and self._validation_due(start):
+        if start and self.cfg.validation_due(start):
             validated = {r["agent"] for r in self.validation.read() if r.get("step") == start}
             if validated != {a.name for a in self.agents}:
                 self.validation.truncate_to(start)
@@ -258,11 +258,6 @@ class LocalTrainer:
         if start:
             self._prune_checkpoints(start)
         return start
-
-    def _validation_due(self, done: int) -> bool:
-        """Validation runs before training, every ``val_every`` steps, and after the last step."""
-        every = self.cfg.val_every
-        return done == 0 or done == self.cfg.steps or bool(every and done % every == 0)
 
     def _write_run_json(self, status: str, step: int, **final) -> None:
         RunRecord(
@@ -601,9 +596,9 @@ class LocalTrainer:
             row = self.train_step(step)
             self.metrics.append(row)
             done = step + 1
-            if self._validation_due(done):
+            if self.cfg.validation_due(done):
                 self.validate(done)
-            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
+            if cfg.checkpoint_due(done):
                 self._save_checkpoint(done)
             if bar:
                 bar.update(1)

@@ -237,7 +237,7 @@ class JointLoop:
             self.metrics.append(row)
             if self.on_row:
                 self.on_row(row)
-            if (cfg.checkpoint_every and done % cfg.checkpoint_every == 0) or done == cfg.steps:
+            if cfg.checkpoint_due(done):
                 for stack in self.stacks:
                     stack.save_checkpoint(done)
                 write_state(self.state_file, done, self.step.tracker)  # last: the step is now resumable
@@ -246,8 +246,7 @@ class JointLoop:
         return cfg.steps
 
     def _due(self, done: int) -> bool:
-        every = self.cfg.val_every
-        return bool(self.val) and (done == 0 or done == self.cfg.steps or bool(every and done % every == 0))
+        return bool(self.val) and self.cfg.validation_due(done)
 
     def _validated(self, step: int) -> bool:
         names = {r["agent"] for r in self.validation.read() if r.get("step") == step}
