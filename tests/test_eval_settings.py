@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from hacpo.eval import rescore
 
 
@@ -105,3 +107,24 @@ def test_evaluate_setting_writes_every_benchmark_then_the_summary(tmp_path):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert set(summary["benchmarks"]) == {"greedy", "sampled"}
     assert (tmp_path / "out" / "sampled.samples.jsonl").read_text().count("\n") == 12
+
+
+@pytest.mark.parametrize("flag,expected", [([], 5000), (["--batch-tokens", "700"], 700)])
+def test_a_workflow_evaluation_generates_in_the_settings_token_budget(tmp_path, monkeypatch, flag, expected):
+    """`batch_tokens` of an evaluation setting reaches the local generator; `--batch-tokens` overrides it."""
+    import hacpo.eval.local
+    from hacpo.cli import main
+
+    made = []
+
+    class Recorder(_FixedGenerator):
+        def __init__(self, path, device="auto", threads=1, batch_tokens=None):
+            made.append((path, batch_tokens))
+
+    monkeypatch.setattr(hacpo.eval.local, "LocalGenerator", Recorder)
+    bench = tmp_path / "b.jsonl"
+    bench.write_text(json.dumps({"id": "1", "problem": "q", "answer": "7"}) + "\n")
+    settings = {"max_new_tokens": 8, "batch_tokens": 5000, "benchmarks": {"b": {"file": str(bench)}}}
+    argv = ["eval", "--source", json.dumps({"model": "m"}), "--settings", json.dumps(settings)]
+    assert main([*argv, "--out", str(tmp_path / "out"), *flag]) == 0
+    assert made == [("m", expected)]

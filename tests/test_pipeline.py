@@ -13,15 +13,18 @@ from hacpo.config import load_train_config
 from hacpo.pipeline import ConfigError, Pipeline, Run
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = {
-    name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in ("config", "paper", "ci")
-}
+SHIPPED = ("config", "paper", "ci", "one-gpu")
+CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 
 def pipe(name: str = "config", **changes) -> Pipeline:
     cfg = copy.deepcopy(CONFIGS[name])
     cfg.update(changes)
     return Pipeline(cfg, base_dir=str(ROOT))
+
+
+def test_every_shipped_workflow_config_is_tested():
+    assert sorted(p.stem for p in (ROOT / "config").glob("*.yaml")) == sorted(SHIPPED)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -167,6 +170,23 @@ def test_hub_models_need_no_build_and_paper_eval_settings_follow_the_protocol():
     assert (aime["metric"], aime["k"], aime["greedy"]) == ("avg@32", 32, False)
     assert s8["benchmarks"]["math500"]["greedy"] is True
     assert p.gpus(Run("joint", "q1p7b_q4b", "hacpo", 42)) == 8
+
+
+def test_one_gpu_config_trains_on_cuda_and_evaluates_in_token_budgets():
+    """config/one-gpu.yaml: every training and evaluation job asks for one GPU; the runs carry the real-size
+    settings (bf16, checkpointing, micro-batches), and evaluation generates in KV-cache-sized batches."""
+    p = pipe("one-gpu")
+    assert {p.gpus(r) for r in p.runs} == {1}
+    for run in p.runs:
+        cfg = load_train_config(p.train_config(run))
+        assert (cfg.device, cfg.precision, cfg.gradient_checkpointing) == ("cuda", "bf16", True)
+        assert cfg.micro_batch_tokens == 32768 and cfg.max_new_tokens == 4096
+    assert p.eval_settings("len4k")["batch_tokens"] == 262144
+    assert "batch_tokens" not in pipe("paper").eval_settings("len8k")  # vLLM sizes its own batches
+    bad = copy.deepcopy(CONFIGS["paper"])
+    bad["eval_settings"]["len4k"]["batch_tokens"] = 1000
+    with pytest.raises(ConfigError, match=r"eval_settings.len4k.batch_tokens: the local engine's"):
+        Pipeline(bad)
 
 
 def _bad(path: str, value):

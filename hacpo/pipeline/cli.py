@@ -70,7 +70,7 @@ def evaluate_setting_job(args) -> int:
     else:
         from hacpo.eval.local import LocalGenerator
 
-        batch_tokens = getattr(args, "batch_tokens", None)
+        batch_tokens = getattr(args, "batch_tokens", None) or settings.get("batch_tokens")
         gen = LocalGenerator(path, device=args.device, threads=args.threads, batch_tokens=batch_tokens)
     workers = settings.get("scorer_workers", 0) if args.scorer_workers is None else args.scorer_workers
     results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=workers)
