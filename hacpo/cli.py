@@ -177,7 +177,11 @@ def cmd_eval(args) -> int:
         from hacpo.eval.local import LocalGenerator
 
         gen = LocalGenerator(
-            args.checkpoint, device=args.device, threads=args.threads, batch_tokens=args.batch_tokens
+            args.checkpoint,
+            device=args.device,
+            threads=args.threads,
+            batch_tokens=args.batch_tokens,
+            precision=args.precision or "fp32",
         )
     for b in args.benchmark:
         prefix = Path(args.out) / Path(b).stem
@@ -268,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument(
         "--batch-tokens", type=int, default=None,
         help="local engine: prompt + new tokens generated at once (the KV cache); default 256 problems",
+    )  # fmt: skip
+    e.add_argument(
+        "--precision", choices=["fp32", "bf16"], default=None,
+        help="local engine: model weights and KV cache (default fp32, or the setting's; bf16 halves both)",
     )  # fmt: skip
     e.add_argument("--scorer-workers", type=int, help="math-verify processes (default 0, or the setting's)")
     e.set_defaults(func=cmd_eval)

@@ -107,14 +107,17 @@ def test_training_places_every_tensor_on_the_run_device(tmp_path, toy_data, smal
     assert not vd.violations, "ops CUDA would refuse:\n" + vd.report()
 
 
-def test_evaluation_places_every_tensor_on_the_run_device(small_agent, toy_data):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_evaluation_places_every_tensor_on_the_run_device(small_agent, toy_data, precision):
     from hacpo.data.synthetic import read_jsonl
     from hacpo.eval import Sampling
     from hacpo.eval.local import LocalGenerator
 
     rows = read_jsonl(toy_data / "test.jsonl")[:6]
     with VirtualDevice() as vd:
-        gen = LocalGenerator(str(small_agent), device=str(DEVICE), batch_tokens=60)
+        gen = LocalGenerator(str(small_agent), device=str(DEVICE), batch_tokens=60, precision=precision)
+        dtype = next(gen.model.parameters()).dtype
+        assert dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
         for greedy, k in ((True, 1), (False, 3)):
             sampling = Sampling(greedy=greedy, k=k, temperature=1.0, top_p=0.9, max_new_tokens=14)
             out = gen.generate(rows, sampling)

@@ -109,22 +109,28 @@ def test_evaluate_setting_writes_every_benchmark_then_the_summary(tmp_path):
     assert (tmp_path / "out" / "sampled.samples.jsonl").read_text().count("\n") == 12
 
 
-@pytest.mark.parametrize("flag,expected", [([], 5000), (["--batch-tokens", "700"], 700)])
-def test_a_workflow_evaluation_generates_in_the_settings_token_budget(tmp_path, monkeypatch, flag, expected):
-    """`batch_tokens` of an evaluation setting reaches the local generator; `--batch-tokens` overrides it."""
+@pytest.mark.parametrize(
+    "flag,expected",
+    [([], (5000, "bf16")), (["--batch-tokens", "700", "--precision", "fp32"], (700, "fp32"))],
+)
+def test_a_workflow_evaluation_generates_with_the_settings_budget_and_precision(
+    tmp_path, monkeypatch, flag, expected
+):
+    """`batch_tokens` and `precision` of an evaluation setting reach the local generator; flags override."""
     import hacpo.eval.local
     from hacpo.cli import main
 
     made = []
 
     class Recorder(_FixedGenerator):
-        def __init__(self, path, device="auto", threads=1, batch_tokens=None):
-            made.append((path, batch_tokens))
+        def __init__(self, path, device="auto", threads=1, batch_tokens=None, precision="fp32"):
+            made.append((path, batch_tokens, precision))
 
     monkeypatch.setattr(hacpo.eval.local, "LocalGenerator", Recorder)
     bench = tmp_path / "b.jsonl"
     bench.write_text(json.dumps({"id": "1", "problem": "q", "answer": "7"}) + "\n")
-    settings = {"max_new_tokens": 8, "batch_tokens": 5000, "benchmarks": {"b": {"file": str(bench)}}}
+    settings = {"max_new_tokens": 8, "batch_tokens": 5000, "precision": "bf16"}
+    settings["benchmarks"] = {"b": {"file": str(bench)}}
     argv = ["eval", "--source", json.dumps({"model": "m"}), "--settings", json.dumps(settings)]
     assert main([*argv, "--out", str(tmp_path / "out"), *flag]) == 0
-    assert made == [("m", expected)]
+    assert made == [("m", *expected)]

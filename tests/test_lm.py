@@ -65,9 +65,12 @@ def test_sampling_logprobs_equal_a_full_forward(kind, padded):
 
 @pytest.mark.parametrize("kind,kv_heads", [("llama", 4), ("llama", 2), ("qwen3", 4), ("qwen3", 1)])
 @pytest.mark.parametrize("padded", [False, True])
-def test_kv_decoder_steps_equal_the_models_forward(kind, kv_heads, padded):
-    """The direct decoder (Llama/Qwen3, incl. grouped-query attention) gives the model's own logits."""
-    model = _model(kind, kv_heads).eval()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_kv_decoder_steps_equal_the_models_forward(kind, kv_heads, padded, dtype):
+    """The direct decoder (Llama/Qwen3, incl. grouped-query attention) gives the model's own logits, in fp32
+    and with bf16 weights (evaluation's ``precision: bf16``: norms and softmax in fp32, as Hugging Face's)."""
+    model = _model(kind, kv_heads).eval().to(dtype)
+    tol = 1e-5 if dtype == torch.float32 else 0.02  # bf16: a few ulps (2^-8) of these logits (|x| < 1)
     assert KVDecoder.supports(model)
     prompts = torch.randint(3, 40, (3, 5))
     pmask = torch.ones_like(prompts, dtype=torch.bool)
@@ -81,7 +84,8 @@ def test_kv_decoder_steps_equal_the_models_forward(kind, kv_heads, padded):
         for t in range(6):
             tok = torch.randint(3, 40, (5,))
             a, b = fast.step(tok, pos + t), slow.step(tok, pos + t)
-            assert torch.allclose(a, b, atol=1e-5), (t, (a - b).abs().max())
+            assert a.dtype == b.dtype == dtype
+            assert torch.allclose(a.float(), b.float(), atol=tol), (t, (a - b).abs().max())
 
 
 def test_kv_decoder_declines_architectures_it_does_not_implement():

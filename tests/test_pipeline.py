@@ -181,12 +181,14 @@ def test_one_gpu_config_trains_on_cuda_and_evaluates_in_token_budgets():
         cfg = load_train_config(p.train_config(run))
         assert (cfg.device, cfg.precision, cfg.gradient_checkpointing) == ("cuda", "bf16", True)
         assert cfg.micro_batch_tokens == 32768 and cfg.max_new_tokens == 4096
-    assert p.eval_settings("len4k")["batch_tokens"] == 262144
-    assert "batch_tokens" not in pipe("paper").eval_settings("len8k")  # vLLM sizes its own batches
-    bad = copy.deepcopy(CONFIGS["paper"])
-    bad["eval_settings"]["len4k"]["batch_tokens"] = 1000
-    with pytest.raises(ConfigError, match=r"eval_settings.len4k.batch_tokens: the local engine's"):
-        Pipeline(bad)
+    s = p.eval_settings("len4k")
+    assert (s["batch_tokens"], s["precision"]) == (262144, "bf16")
+    assert not {"batch_tokens", "precision"} & set(pipe("paper").eval_settings("len8k"))  # vLLM's own
+    for key, value in (("batch_tokens", 1000), ("precision", "bf16")):
+        bad = copy.deepcopy(CONFIGS["paper"])
+        bad["eval_settings"]["len4k"][key] = value
+        with pytest.raises(ConfigError, match=rf"eval_settings.len4k.{key}: a setting of the local engine"):
+            Pipeline(bad)
 
 
 def _bad(path: str, value):

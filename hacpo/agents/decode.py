@@ -117,7 +117,9 @@ class KVDecoder:
             self.key_ok = ok[:, None, None, :]
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+        """RMSNorm in float32, back in ``x``'s dtype (as Hugging Face's; a no-op cast in fp32)."""
+        xf = x.float()
+        return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype)
 
     def _rope(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         half = x.shape[-1] // 2
@@ -131,8 +133,8 @@ class KVDecoder:
         self.length += 1
         freqs = pos[:, None].float() * self.inv_freq
         emb = torch.cat((freqs, freqs), dim=-1)[:, None, :]  # [B, 1, d]
-        cos, sin = emb.cos(), emb.sin()
         x = self.core.embed_tokens(tok)  # [B, hidden]
+        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)  # in the activations' dtype, as HF's rotary
         for layer, kb, vb in zip(self.layers, self.keys, self.values, strict=True):
             qkv = F.linear(self._norm(x, layer["ln1"]), layer["qkv"])
             q, k, v = qkv.view(b, h + 2 * hk, d).split((h, hk, hk), dim=1)
@@ -144,7 +146,8 @@ class KVDecoder:
             scores = (q @ kb[:, :, : at + 1].transpose(-1, -2)) * d**-0.5  # [B, hk, groups, L]
             if self.key_ok is not None:
                 scores = scores.masked_fill(~self.key_ok[:, :, :, : at + 1], float("-inf"))
-            out = (scores.softmax(dim=-1) @ vb[:, :, : at + 1]).reshape(b, h * d)
+            probs = scores.softmax(dim=-1, dtype=torch.float32).to(vb.dtype)  # as HF's eager attention
+            out = (probs @ vb[:, :, : at + 1]).reshape(b, h * d)
             x = x + F.linear(out, layer["o"])
             gate, up = F.linear(self._norm(x, layer["ln2"]), layer["gate_up"]).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer["down"])

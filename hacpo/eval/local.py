@@ -14,7 +14,14 @@ from hacpo.data.synthetic import as_problem
 class LocalGenerator:
     """``generate(problems, sampling) → list[list[str]]`` (k responses per problem) for one checkpoint."""
 
-    def __init__(self, path: str, device: str = "auto", threads: int = 1, batch_tokens: int | None = None):
+    def __init__(
+        self,
+        path: str,
+        device: str = "auto",
+        threads: int = 1,
+        batch_tokens: int | None = None,
+        precision: str = "fp32",
+    ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         torch.set_num_threads(threads)
@@ -25,7 +32,10 @@ class LocalGenerator:
             else ("cpu" if device == "auto" else device)
         )
         self.tok = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        if precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32  # weights and KV cache, as vLLM
+        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.batch_tokens = batch_tokens  # KV-cache budget per generation batch (None: 256 problems)
         self.eos = self.tok.eos_token_id
         self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos

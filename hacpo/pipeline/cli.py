@@ -70,8 +70,13 @@ def evaluate_setting_job(args) -> int:
     else:
         from hacpo.eval.local import LocalGenerator
 
-        batch_tokens = getattr(args, "batch_tokens", None) or settings.get("batch_tokens")
-        gen = LocalGenerator(path, device=args.device, threads=args.threads, batch_tokens=batch_tokens)
+        gen = LocalGenerator(
+            path,
+            device=args.device,
+            threads=args.threads,
+            batch_tokens=getattr(args, "batch_tokens", None) or settings.get("batch_tokens"),
+            precision=getattr(args, "precision", None) or settings.get("precision", "fp32"),
+        )
     workers = settings.get("scorer_workers", 0) if args.scorer_workers is None else args.scorer_workers
     results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=workers)
     print(json.dumps({k: v["value"] for k, v in results.items()}))

@@ -221,9 +221,11 @@ class EvalSetting(_Strict):
     # math-verify worker processes (hard per-item timeouts); 0 = in the job's main thread (signal timeouts),
     # cheapest for short toy answers that mostly take the integer fast path
     scorer_workers: int = Field(0, ge=0)
-    # engine: local: prompt + new tokens generated at once (the KV cache; `hacpo eval --batch-tokens`);
-    # None: 256 problems per batch. vLLM (engine: openrlhf) sizes its own batches.
+    # engine: local only (vLLM sizes its own batches and runs the checkpoint's dtype): prompt + new tokens
+    # generated at once, the KV cache (`hacpo eval --batch-tokens`; None: 256 problems per batch), and the
+    # weights' and KV cache's precision (`--precision`; None: fp32)
     batch_tokens: int | None = Field(None, ge=1)
+    precision: Literal["fp32", "bf16"] | None = None
 
 
 class _Table(_Strict):
@@ -362,11 +364,13 @@ class PipelineConfig(_Strict):
                 need(f"pairs.{name}.agents.{i}", a, self.models, "model")
         if self.engine == "openrlhf":
             for name, e in self.eval_settings.items():
-                if e.batch_tokens is not None:
-                    errs.append(
-                        f"eval_settings.{name}.batch_tokens: the local engine's generation budget; vLLM "
-                        "(engine: openrlhf) sizes its own batches (set openrlhf.eval.gpu_memory_utilization)"
-                    )
+                for key in ("batch_tokens", "precision"):
+                    if getattr(e, key) is not None:
+                        errs.append(
+                            f"eval_settings.{name}.{key}: a setting of the local engine's generator; vLLM "
+                            "(engine: openrlhf) sizes its own batches and runs the checkpoint's dtype "
+                            "(see openrlhf.eval)"
+                        )
             nodes = self.openrlhf.nodes
             for what, group in (("models", self.models), ("pairs", self.pairs)):
                 for name, g in group.items():
