@@ -58,6 +58,21 @@ def test_the_checker_accepts_what_cuda_accepts():
     assert not vd.violations, vd.report()
 
 
+def test_the_checker_changes_nothing_it_watches(small_agent, other_agent):
+    """Loading under the checker gives the same weights and buffers (Hugging Face materialises buffers off the
+    meta device by asking each tensor's ``.device``; the checker must report meta tensors as meta)."""
+    from transformers import AutoModelForCausalLM
+
+    for path in (small_agent, other_agent):
+        plain = AutoModelForCausalLM.from_pretrained(path)
+        with VirtualDevice() as vd:
+            watched = AutoModelForCausalLM.from_pretrained(path).to(DEVICE)
+        a = {**dict(plain.named_parameters()), **dict(plain.named_buffers())}
+        b = {**dict(watched.named_parameters()), **dict(watched.named_buffers())}
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), path
+        assert all(vd.on_device(t) for t in b.values()) and not vd.violations
+
+
 # ------------------------------------------------------------------------ the project on the virtual device
 def _train_cfg(tmp_path, agents, toy_data, method, **kw):
     cfg = load_train_config(

@@ -102,7 +102,9 @@ class VirtualDevice(TorchFunctionMode):
             except RuntimeError:
                 return None
         if isinstance(value, torch.device):
-            return value.type != "cpu" or value.index is not None
+            if value.type == "cpu":
+                return value.index is not None
+            return True if value.type == "cuda" else None  # meta and others are not simulated
         if isinstance(value, int) and not isinstance(value, bool):
             return True  # a CUDA ordinal
         return None
@@ -112,7 +114,8 @@ class VirtualDevice(TorchFunctionMode):
         kwargs = kwargs or {}
         name = _name(func)
         if name == "device.__get__":
-            return DEVICE if self.on_device(args[0]) else func(*args, **kwargs)
+            real = func(*args, **kwargs)
+            return DEVICE if real.type == "cpu" and self.on_device(args[0]) else real
         if name in ("grad.__get__", "data.__get__"):
             return self._mark(func(*args, **kwargs), self.on_device(args[0]))
         if name == "data.__set__":
