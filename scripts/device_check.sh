@@ -2,7 +2,8 @@
 # One prepared run on a lent GPU machine (issue 12; docs/performance.md "On one GPU"), under 8 minutes:
 #   1. the device-sensitive tests on CUDA (HACPO_TEST_DEVICE=cuda): the local engine, models and decoding,
 #      agents, evaluation settings, CLI;
-#   2. benchmarks/bench_gpu.py: HACPO vs GSPO×2 vs GSPO on a warmed ~3M/25M pair and a random
+#   2. hacpo eval on CUDA with fp32 and bf16 weights (200 toy problems each);
+#   3. benchmarks/bench_gpu.py: HACPO vs GSPO×2 vs GSPO on a warmed ~3M/25M pair and a random
 #      Qwen3-0.6B/1.7B-shaped pair (declared synthetic reward), 2 steps each.
 # Results under $OUT (default results/device): versions, nvidia-smi, pytest.txt, bench/bench_gpu.{json,md}.
 # Carry .device-wheels (scripts/device_wheels.sh) and .cache/test-agents (the tests' warmed toy agents).
@@ -26,6 +27,14 @@ HACPO_TEST_DEVICE=cuda timeout -k 10 240 python -m pytest -q -p no:cacheprovider
   > "$OUT/pytest.txt" 2>&1
 echo "pytest rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/pytest.txt"
 tail -n 3 "$OUT/pytest.txt"
+
+# evaluation on CUDA with fp32 and bf16 weights (hacpo eval --precision), same checkpoint and problems
+for precision in fp32 bf16; do
+  timeout -k 10 60 python -m hacpo eval --checkpoint .cache/test-agents/small-llama-char \
+    --benchmark .cache/test-agents/data-add2-s0/test.jsonl --limit 200 --device cuda --precision "$precision" \
+    --batch-tokens 8192 --out "$OUT/eval-$precision" > "$OUT/eval-$precision.txt" 2>&1
+  echo "eval $precision rc=$?: $(tail -n 1 "$OUT/eval-$precision.txt")"
+done
 
 t0=$(date +%s)
 timeout -k 10 330 python benchmarks/bench_gpu.py --out "$OUT/bench" > "$OUT/bench.txt" 2>&1
