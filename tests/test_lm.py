@@ -234,6 +234,39 @@ def test_shared_prefixes_serve_row_subsets_with_and_without_gradient():
     b.sum().backward()  # the shared encoding's graph is intact after the detached pass
 
 
+def _cheapest_cost(prompt_index, response, lengths, prompt_len) -> int:
+    """The cost the grouping minimises, searched over every depth with no early stop."""
+    rows, costs = response.shape[0], []
+    for d in range(int(lengths.max())):
+        shared = (lengths - 1).clamp(min=0).clamp(max=d)
+        keys = {
+            (int(prompt_index[r]), *response[r, : int(shared[r])].tolist(), -1 - int(shared[r]))
+            for r in range(rows)
+        }
+        costs.append(len(keys) * (prompt_len + d) + rows * int((lengths - shared).max()))
+    return min(costs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_prefix_grouping_stops_early_at_the_cheapest_depth(seed):
+    """The search stops once every row is its own group; the depth it picks is still the cheapest of all."""
+    from hacpo.agents.lm import _group_by_prefix
+
+    g = torch.Generator().manual_seed(seed)
+    rows, width, prompt_len = 12, 30, 5
+    resp = torch.randint(0, 2 + seed % 3, (rows, width), generator=g)  # random rows part early...
+    index = torch.randint(0, 3, (rows,), generator=g)
+    boxed = torch.rand(rows, generator=g) < 0.6  # ...the others open with their prompt's long common prefix
+    opening = torch.randint(5, 9, (3, width), generator=g)
+    cut = 4 + seed % 8
+    resp[boxed, :cut] = opening[index[boxed], :cut]
+    lengths = torch.randint(1, width + 1, (rows,), generator=g)
+    group, shared = _group_by_prefix(index, resp, lengths, prompt_len)
+    groups, depth = int(group.max()) + 1, int(shared.max())
+    cost = groups * (prompt_len + depth) + rows * int((lengths - shared[group]).max())
+    assert cost == _cheapest_cost(index, resp, lengths, prompt_len)
+
+
 def test_rows_are_grouped_by_prompt_and_exact_shared_prefix():
     from hacpo.agents.lm import _group_by_prefix
 
