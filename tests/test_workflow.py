@@ -152,6 +152,26 @@ def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(
         assert '"vllm":{' in job and '"tensor_parallel_size":1' in job
 
 
+def test_one_gpu_dag_needs_the_downloaded_models_and_asks_one_gpu_per_job(tmp_path):
+    """config/one-gpu.yaml (engine: local): a model directory not yet downloaded stops the workflow when the
+    DAG is built, naming the key and the fix; with both directories present every training and evaluation
+    job asks for one GPU."""
+    args = [*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "one-gpu.yaml"), "-c8",
+            "--resources", "gpu=1", "--directory", str(tmp_path)]  # fmt: skip
+    missing = run(args, check=False)
+    assert missing.returncode != 0
+    text = missing.stdout + missing.stderr
+    assert "models.qwen3_0p6b_base.hub: 'models/Qwen3-0.6B-Base' is not a model directory" in text, text
+    for name in ("Qwen3-0.6B-Base", "Qwen3-1.7B-Base"):
+        (tmp_path / "models" / name).mkdir(parents=True)
+        (tmp_path / "models" / name / "config.json").write_text("{}")
+    out = run(args).stdout
+    jobs = out.split("\nrule ")[1:]
+    gpu_jobs = [j for j in jobs if j.startswith(("train:", "evaluate:"))]
+    assert len(gpu_jobs) == 18 and all("gpu=1" in j for j in gpu_jobs)  # 8 runs, 10 evaluations
+    assert all("--engine local" in j for j in gpu_jobs)
+
+
 def test_paper_data_prep_covers_eight_datasets_at_pinned_revisions(tmp_path):
     from hacpo.data import registry
 

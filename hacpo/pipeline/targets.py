@@ -24,6 +24,7 @@ import os
 import re
 from dataclasses import asdict, dataclass
 from functools import cached_property
+from pathlib import Path
 
 from .config import PipelineConfig, alpha_variant, load_pipeline_config
 
@@ -113,7 +114,22 @@ class Pipeline:
         return m.hub if m.hub else f"{R}/agents/{model}"
 
     def model_inputs(self, model: str) -> list[str]:
-        return [] if self.cfg.models[model].hub else [self.agent_marker(model)]
+        """Files a job on ``model`` needs: a warm-up agent's marker; with the local engine, a ``hub:`` model's
+        ``config.json`` (it reads model directories and downloads nothing), checked when the DAG is built so
+        that a model not yet downloaded stops the workflow before any job runs."""
+        m = self.cfg.models[model]
+        if not m.hub:
+            return [self.agent_marker(model)]
+        if self.cfg.engine != "local":
+            return []  # OpenRLHF and vLLM fetch Hub ids themselves
+        config = Path(m.hub) / "config.json"
+        if not config.is_file():
+            raise FileNotFoundError(
+                f"models.{model}.hub: {m.hub!r} is not a model directory (no config.json). The local engine "
+                f"reads model directories: download it there first, e.g. `huggingface-cli download "
+                f"<org>/{Path(m.hub).name} --local-dir {m.hub}`"
+            )
+        return [str(config)]
 
     @staticmethod
     def eval_summary(setting: str, target: str) -> str:
