@@ -34,8 +34,10 @@ def test_the_checker_sees_what_cuda_refuses():
         torch.cat([x, torch.zeros(1, 4)])
         torch.zeros(3)[torch.tensor([0, 1], device=DEVICE)]  # host tensor, device indices
         x.numpy()
+        torch.rand(3, device=DEVICE, generator=torch.Generator().manual_seed(0))  # a host generator
+        torch.multinomial(x[0], 2, generator=torch.Generator())
     ops = [v.op for v in vd.violations]
-    assert ops == ["embedding", "mul", "cat", "__getitem__", "numpy"], vd.report()
+    assert ops == ["embedding", "mul", "cat", "__getitem__", "numpy", "rand", "multinomial"], vd.report()
     assert all("test_device_placement.py" in v.where for v in vd.violations)
 
 
@@ -51,6 +53,8 @@ def test_the_checker_accepts_what_cuda_accepts():
         F.cross_entropy(y, torch.tensor([0, 1]).to(DEVICE)).backward()
         torch.nn.utils.clip_grad_norm_(lin.parameters(), 1.0)
         opt.step()
+        torch.rand(3, device=DEVICE, generator=torch.Generator(device=DEVICE))
+        torch.randperm(3, generator=torch.Generator())  # host draws with a host generator
         buf = torch.zeros(3, 2, device=DEVICE)
         buf[0] = torch.ones(2)  # a write of host values into a device tensor
         y.detach().cpu().numpy()

@@ -12,7 +12,9 @@ buffer of a module moved there. Everything else is on the host. The mode records
 - an op that mixes device tensors with host tensors of one or more dimensions (0-dim host tensors are
   scalars, which CUDA kernels accept), except writes into a tensor (``copy_``, ``__setitem__``) and
   indexing a device tensor with host indices, which CUDA allows;
-- ``.numpy()`` of a device tensor.
+- ``.numpy()`` of a device tensor;
+- a random draw whose generator lives elsewhere than the tensor it fills (``torch.Generator(device=...)`` is
+  followed while the mode is active).
 
 It follows torch's Python-level calls (``__torch_function__``), so it sees the project's code, Hugging Face
 modelling code and torch.optim; work that autograd does in C++ (gradients) is not seen, which is why
@@ -48,10 +50,10 @@ _QUERIES = {"_has_compatible_shallow_copy_type"}  # metadata, no kernel (nn.Modu
 class Violation:
     op: str
     where: str  # the innermost frame in hacpo/, else the innermost frame outside torch
-    devices: str
+    problem: str
 
     def __str__(self) -> str:
-        return f"{self.where}: {self.op} mixes {self.devices}"
+        return f"{self.where}: {self.op} {self.problem}"
 
 
 def _name(func) -> str:
@@ -78,6 +80,21 @@ class VirtualDevice(TorchFunctionMode):
         self.strict = strict
         self._on: WeakIdKeyDictionary = WeakIdKeyDictionary()
         self.violations: list[Violation] = []
+        self._generator = torch.Generator
+
+    def __enter__(self):
+        mode, real = self, self._generator
+
+        class Generator(real):  # remembers whether it was made for the run's device
+            def __init__(self, device="cpu"):  # torch's __new__ makes the generator on `device`
+                self.on_device = bool(mode._target(device))
+
+        torch.Generator = Generator
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Generator = self._generator
+        return super().__exit__(*exc)
 
     # ------------------------------------------------------------------ placement
     def on_device(self, t) -> bool:
@@ -139,21 +156,29 @@ class VirtualDevice(TorchFunctionMode):
                 target = self.on_device(args[0])
             elif target is None and name == "as_tensor":
                 target = self.on_device(args[0])
+            self._check_generator(name, kwargs, bool(target))
             return self._mark(func(*args, **kwargs), bool(target))
         if name == "numpy" and self.on_device(args[0]):
-            self._record(name, "a device tensor (CUDA tensors have no numpy view)")
+            self._record(name, "of a device tensor (CUDA tensors have no numpy view)")
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         on = [t for t in tensors if self.on_device(t)]
         host = [t for t in tensors if not self.on_device(t) and t.dim() > 0]
         if name == "__getitem__":
             if not self.on_device(args[0]) and on:
-                self._record(name, "a host tensor indexed by device indices")
+                self._record(name, "indexes a host tensor with device indices")
             return self._mark(func(*args, **kwargs), self.on_device(args[0]))
+        self._check_generator(name, kwargs, bool(on))
         if on and host and name not in _WRITES | _QUERIES:
             shapes = ", ".join(f"host {tuple(t.shape)}" for t in host[:3])
-            self._record(name, f"{len(on)} device tensor(s) with {shapes}")
+            self._record(name, f"mixes {len(on)} device tensor(s) with {shapes}")
         out = func(*args, **kwargs)
         return self._mark(out, True) if on else out
+
+    def _check_generator(self, op: str, kwargs: dict, on: bool) -> None:
+        gen = kwargs.get("generator")
+        if gen is not None and getattr(gen, "on_device", False) != on:
+            kinds = ("a device", "host") if on else ("a host", "device")
+            self._record(op, f"draws {kinds[0]} tensor with a {kinds[1]} generator")
 
     def _moved(self, func, args, kwargs, on: bool):
         """A move between host and device: a new tensor, as on a GPU (on one CPU, torch returns the source
@@ -161,8 +186,8 @@ class VirtualDevice(TorchFunctionMode):
         out = func(*args, **kwargs)
         return out.clone() if out is args[0] and self.on_device(out) != on else out
 
-    def _record(self, op: str, devices: str) -> None:
-        self.violations.append(Violation(op, _where(), devices))
+    def _record(self, op: str, problem: str) -> None:
+        self.violations.append(Violation(op, _where(), problem))
         if self.strict:
             raise RuntimeError(f"virtual device: {self.violations[-1]}")
 
