@@ -206,6 +206,32 @@ def test_resume_after_kill_matches_uninterrupted(
     assert va == vb
 
 
+def test_resume_on_another_device_type_is_refused(tmp_path, toy_data, small_agent, monkeypatch):
+    """A run checkpointed on one device type does not resume on another (the sampler's random stream and
+    bitwise resume belong to one): a clear error naming the device to use, before any step runs."""
+    import hacpo.engines.local.trainer as tr
+
+    cfg = _cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=3, checkpoint_every=1)
+    real_step = tr.LocalTrainer.train_step
+
+    def dying(self, step):
+        if step == 1:
+            raise KeyboardInterrupt("injected kill")
+        return real_step(self, step)
+
+    monkeypatch.setattr(tr.LocalTrainer, "train_step", dying)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg)
+    state_file = tmp_path / "gspo" / "checkpoints" / "a" / "step-1" / "trainer_state.pt"
+    state = torch.load(state_file, weights_only=False)
+    assert state["device_type"] == torch.device(TEST_DEVICE).type
+    other = "cuda" if TEST_DEVICE == "cpu" else "cpu"
+    torch.save({**state, "device_type": other}, state_file)
+    monkeypatch.setattr(tr.LocalTrainer, "train_step", lambda self, step: pytest.fail("trained"))
+    with pytest.raises(ValueError, match=rf"was trained on {other} .* resume it with `device: {other}`"):
+        train(cfg)
+
+
 def test_completed_run_is_not_retrained(tmp_path, toy_data, small_agent):
     cfg = _cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=1)
     train(cfg)

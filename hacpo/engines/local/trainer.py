@@ -291,6 +291,7 @@ class LocalTrainer:
                         "generator": agent.gen.get_state(),
                         "capability": self.tracker.state_dict(),
                         "torch_rng": torch.get_rng_state(),
+                        "device_type": self.device.type,
                     },
                     tmp / "trainer_state.pt",
                 )
@@ -312,9 +313,17 @@ class LocalTrainer:
 
         for agent in self.agents:
             d = self.out / "checkpoints" / agent.name / f"step-{step}"
+            # host tensors: the optimizer moves its state to the parameters' device when it loads it
+            state = torch.load(d / "trainer_state.pt", map_location="cpu", weights_only=False)
+            saved = state.get("device_type", "cpu")
+            if saved != self.device.type:
+                raise ValueError(
+                    f"{self.out} was trained on {saved} and would resume on {self.device.type}: its "
+                    "samplers' random streams belong to one device type, so resume it with "
+                    f"`device: {saved}`, or train into a new out_dir"
+                )
             loaded = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
             agent.model.load_state_dict(loaded.state_dict())
-            state = torch.load(d / "trainer_state.pt", weights_only=False)
             agent.opt.load_state_dict(state["optimizer"])
             agent.gen.set_state(state["generator"])
             self.tracker.load_state_dict(state["capability"])
