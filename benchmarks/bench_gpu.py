@@ -33,6 +33,7 @@ import torch
 
 from hacpo.config import load_train_config
 from hacpo.data.synthetic import make_splits, read_jsonl, write_jsonl
+from hacpo.runio import atomic_write_text
 
 PHASES = ("generate", "score", "logprobs", "retokenize", "update")
 QWEN3 = {  # public architecture values (config.json of the Hub checkpoints); no weights are downloaded
@@ -235,9 +236,9 @@ def main() -> None:
         results = [run(out / "runs" / pair, m, agents, names, data, args, realistic) for m, names in plan]
         report["pairs"][pair] = {"runs": results, "compare": compare(results, total_mb)}
         print(json.dumps({pair: report["pairs"][pair]["compare"]}, indent=2), flush=True)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_gpu.json").write_text(json.dumps(report, indent=2))
-    (out / "bench_gpu.md").write_text(markdown(report))
+        out.mkdir(parents=True, exist_ok=True)  # after each pair: a time limit keeps the pairs already done
+        atomic_write_text(out / "bench_gpu.json", json.dumps(report, indent=2))
+        atomic_write_text(out / "bench_gpu.md", markdown(report))
     print(markdown(report))
 
 
