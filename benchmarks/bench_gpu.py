@@ -214,7 +214,7 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--response-tokens", type=int, default=512)
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
-    ap.add_argument("--micro-tokens", type=int, default=32768, help="token budget per forward/backward")
+    ap.add_argument("--micro-tokens", type=int, default=16384, help="token budget per forward/backward")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--tiny", action="store_true", help="shrunken models and lengths: a CPU smoke run")
     ap.add_argument("--out", default="results/bench/gpu")

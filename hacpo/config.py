@@ -97,7 +97,8 @@ class TrainConfig(BaseModel):
     # plain forward per row instead of shared prompt/prefix caches) ...
     gradient_checkpointing: bool = False
     # ... and cut each mini-batch into micro-batches of at most this many prompt + response tokens, their
-    # gradients accumulated to the mini-batch's (None: the whole mini-batch in one forward/backward)
+    # gradients accumulated to the mini-batch's (None: the whole mini-batch in one forward/backward); the
+    # no-grad passes (π_old, reference, Naive self_old) run at most this many response tokens at once
     micro_batch_tokens: int | None = Field(None, ge=1)
     # ... and generate validation answers in batches whose prompt + new tokens (the KV cache) fit this
     # budget (None: 512 problems per batch)

@@ -115,6 +115,20 @@ def test_shared_prompt_forward_equals_plain_forward_with_gradients(kind, padded)
         assert torch.allclose(x, y, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("max_tokens", [1, 7, 30, 10_000])
+def test_no_grad_log_probs_in_token_budgeted_chunks_equal_one_pass(max_tokens):
+    """``max_tokens`` runs the rows in chunks (the full-vocabulary logits of a 4,096-token rollout would not
+    fit a GPU at once); rows are independent, so the values are those of one pass."""
+    model = _model("qwen3", 2).eval()
+    prompts = torch.randint(3, 40, (3, 6))
+    index = torch.tensor([0, 0, 1, 2, 2, 2, 1, 0])
+    resp = torch.randint(3, 40, (8, 7))
+    with torch.no_grad():
+        whole = token_logprobs_shared_prompt(model, prompts, index, resp)
+        chunked = token_logprobs_shared_prompt(model, prompts, index, resp, max_tokens=max_tokens)
+    torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-6)
+
+
 def test_greedy_is_deterministic_and_bad_arguments_fail():
     model = _model("llama").eval()
     ids = torch.randint(3, 40, (4, 5))

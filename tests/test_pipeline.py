@@ -180,7 +180,7 @@ def test_one_gpu_config_trains_on_cuda_and_evaluates_in_token_budgets():
     for run in p.runs:
         cfg = load_train_config(p.train_config(run))
         assert (cfg.device, cfg.precision, cfg.gradient_checkpointing) == ("cuda", "bf16", True)
-        assert cfg.micro_batch_tokens == 32768 and cfg.max_new_tokens == 4096
+        assert cfg.micro_batch_tokens == 16384 and cfg.max_new_tokens == 4096
     s = p.eval_settings("len4k")
     assert (s["batch_tokens"], s["precision"]) == (262144, "bf16")
     assert not {"batch_tokens", "precision"} & set(pipe("paper").eval_settings("len8k"))  # vLLM's own

@@ -348,10 +348,20 @@ class SharedPrefixes:
         mask = torch.where(in_prompt, prompt_mask.gather(1, p_col.clamp(0, tp - 1)), in_prefix)
         return ids, mask
 
-    def logprobs(self, rows: torch.Tensor | None = None, detach: bool = False) -> torch.Tensor:
-        """Log-probs ``[R, T]`` of the responses of ``rows`` (default all); arbitrary past each row's mask."""
+    def logprobs(
+        self, rows: torch.Tensor | None = None, detach: bool = False, max_tokens: int | None = None
+    ) -> torch.Tensor:
+        """Log-probs ``[R, T]`` of the responses of ``rows`` (default all); arbitrary past each row's mask.
+
+        ``max_tokens`` (no-grad passes): rows are run in chunks of at most that many suffix tokens, so the
+        full-vocabulary logits (≈ 10 bytes × vocabulary per token at once) never exceed the budget. Same
+        values as one pass (rows are independent)."""
         if rows is None:
             rows = torch.arange(self.response.shape[0], device=self.response.device)
+        per_chunk = len(rows) if max_tokens is None else max(1, max_tokens // self.suffix_width)
+        if per_chunk < len(rows):
+            chunks = [rows[i : i + per_chunk] for i in range(0, len(rows), per_chunk)]
+            return torch.cat([self.logprobs(chunk, detach) for chunk in chunks])
         group, resp = self.row_group[rows], self.response[rows]
         encoded, prefix_logp = self.encoded, self.prefix_logp
         if detach:
@@ -378,12 +388,15 @@ def token_logprobs_shared_prompt(
     response: torch.Tensor,
     prompt_mask: torch.Tensor | None = None,
     response_mask: torch.Tensor | None = None,
+    max_tokens: int | None = None,
 ) -> torch.Tensor:
-    """:func:`token_logprobs` of ``cat(prompt_ids[prompt_index], response)``, each shared prefix run once.
+    """:func:`token_logprobs` of ``cat(prompt_ids[prompt_index], response)``, each shared prefix run once;
+    ``max_tokens`` bounds the suffix tokens run at once (:meth:`SharedPrefixes.logprobs`).
 
     A group's G (HACPO: n·G) rows share one prompt and usually the start of their responses; see
     :class:`SharedPrefixes`. Gradients flow through the shared cache, so the result and its gradient equal
     the plain forward. Shapes: ``prompt_ids`` ``[P, Tp]`` (left-padded, ``prompt_mask``), ``prompt_index``
     ``[R]``, ``response`` ``[R, T]`` (right-padded after ``response_mask``; values there are arbitrary).
     """
-    return SharedPrefixes(model, prompt_ids, prompt_index, response, response_mask, prompt_mask).logprobs()
+    shared = SharedPrefixes(model, prompt_ids, prompt_index, response, response_mask, prompt_mask)
+    return shared.logprobs(max_tokens=max_tokens)

@@ -366,12 +366,13 @@ class LocalTrainer:
             rows = index.to(self.device)
             logp = out.logp
             rollout = (p_ids, rows, out.tokens, p_mask, out.mask)
+            budget = cfg.micro_batch_tokens  # the logits of a no-grad pass stay within the update's budget
             with torch.no_grad():
                 if not self.sampler_logp:
-                    logp = token_logprobs_shared_prompt(agent.model, *rollout) * out.mask
+                    logp = token_logprobs_shared_prompt(agent.model, *rollout, max_tokens=budget) * out.mask
                 ref_logp = None
                 if agent.ref is not None:
-                    ref_logp = token_logprobs_shared_prompt(agent.ref, *rollout) * out.mask
+                    ref_logp = token_logprobs_shared_prompt(agent.ref, *rollout, max_tokens=budget) * out.mask
             # The shared text drops the terminal EOS (cross_eos: strip): the generator's mean excludes it too.
             shared_mask = source_logp_mask(out.tokens, agent.eos_id, cfg.cross_eos)
         return Rollouts(
@@ -688,7 +689,7 @@ class LocalTrainer:
                     p_ids,
                     p_mask,
                 )
-                lp = shared.logprobs()
+                lp = shared.logprobs(max_tokens=self.cfg.micro_batch_tokens)
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
 
