@@ -9,12 +9,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+# The helper modules of this folder (toy_runs, polling, virtual_device) import by name: tests/ is no package
+# (openrlhf's wheel installs one named `tests`).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 CACHE = Path(os.environ.get("HACPO_TEST_CACHE", ROOT / ".cache" / "test-agents"))
 SHARED = ROOT.parent / "shared"
 SLURM_UP = ROOT / ".ci" / "slurm-up.sh"
@@ -80,19 +84,11 @@ def shared_dir() -> Path:
 
 @pytest.fixture
 def wait_until():
-    """``wait_until(predicate, timeout_s, what)``: poll each second until ``predicate()`` is truthy."""
-    import time
+    """``wait_until(predicate, timeout_s, what)``: :func:`polling.wait_for`, polling each second (for the
+    tests under tests/openrlhf, which cannot import from this folder)."""
+    from polling import wait_for
 
-    def wait(predicate, timeout_s: float, what: str):
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(1)
-        raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-    return wait
+    return lambda predicate, timeout_s, what: wait_for(predicate, timeout_s, what, every_s=1)
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,12 @@ The CUDA run itself is ``HACPO_TEST_DEVICE=cuda`` (README, "One GPU").
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-
-from hacpo.config import load_train_config
-
-sys.path.insert(0, str(Path(__file__).parent))  # tests/ is no package (openrlhf's wheel installs one)
-from virtual_device import DEVICE, VirtualDevice  # noqa: E402
+from toy_runs import toy_train_config
+from virtual_device import DEVICE, VirtualDevice
 
 
 # ------------------------------------------------------------------------ the checker itself
@@ -79,25 +74,10 @@ def test_the_checker_changes_nothing_it_watches(small_agent, other_agent):
 
 # ------------------------------------------------------------------------ the project on the virtual device
 def _train_cfg(tmp_path, agents, toy_data, method, **kw):
-    cfg = load_train_config(
-        dict(
-            method=method,
-            agents=[{"name": n, "path": str(p)} for n, p in agents],
-            train_file=str(toy_data / "train.jsonl"),
-            val_file=str(toy_data / "test.jsonl"),
-            out_dir=str(tmp_path / method),
-            steps=2,
-            prompts_per_step=2,
-            group_size=4,
-            minibatch_size=8,
-            val_size=8,
-            val_every=1,
-            checkpoint_every=1,
-            seed=0,
-            device="cpu",
-            **kw,
-        )
-    )
+    cfg = toy_train_config(
+        tmp_path, agents, method, data=toy_data, prompts_per_step=2, val_size=8, val_every=1,
+        checkpoint_every=1, seed=0, device="cpu", **kw,
+    )  # fmt: skip
     return cfg.model_copy(update={"device": str(DEVICE)})  # past the config's cpu|cuda|auto: a test device
 
 

@@ -4,43 +4,21 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 import pytest
 import torch
+from toy_runs import TEST_DEVICE, toy_train_config
 
 from hacpo.algo import cross_bounds, get_method
 from hacpo.config import load_train_config
 from hacpo.engines.local import LocalTrainer, train
 from hacpo.runio import MetricsLog, RunRecord
 
-TEST_DEVICE = os.environ.get("HACPO_TEST_DEVICE", "cpu")  # checked in conftest.py
 # |s − 1| for ratios that are 1 in exact arithmetic (π_old = π_θ before the first update): fp32 CPU kernels
 # reproduce the sampler's sums; on CUDA π_old is a trainer forward whose shapes (prefix groups, batch sizes)
 # differ from the update's, so reductions round differently
 RATIO_TOL = 1e-5 if TEST_DEVICE == "cpu" else 1e-3
-
-
-def _cfg(tmp_path, agents, method, **kw):
-    data = kw.pop("data")
-    base = dict(
-        method=method,
-        agents=[{"name": n, "path": str(p)} for n, p in agents],
-        train_file=str(data / "train.jsonl"),
-        val_file=str(data / "test.jsonl"),
-        out_dir=str(tmp_path / method),
-        steps=2,
-        prompts_per_step=4,
-        group_size=4,
-        minibatch_size=8,
-        val_size=40,
-        val_every=0,
-        checkpoint_every=0,
-        seed=3,
-        device=TEST_DEVICE,
-    )
-    base.update(kw)
-    return load_train_config(base)
+_cfg = toy_train_config
 
 
 SINGLE = ["grpo", "gspo", "gspo_x2", "gspo_updates_x2"]

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from hacpo.worker import ENV_VAR, delegate, ping, start_background, stop
 
@@ -56,16 +57,6 @@ def _children(pid: int) -> set[int]:
         if entry.isdigit() and int(stat.rsplit(")", 1)[1].split()[1]) == pid:
             out.add(int(entry))
     return out
-
-
-def _wait_for(cond, timeout_s: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def _alive(pid: int) -> bool:
@@ -106,7 +97,7 @@ def _blocked_client(sock: str, server_pid: int, **kw) -> tuple[subprocess.Popen,
         text=True,
         **kw,
     )
-    new = _wait_for(lambda: _children(server_pid) - before, what="the forked child")
+    new = wait_for(lambda: _children(server_pid) - before, what="the forked child")
     assert len(new) == 1
     return client, new.pop()
 
@@ -163,7 +154,7 @@ def test_cwd_is_the_clients(server, sockdir):
 def test_stdin_and_fds_are_the_clients(server, sockdir):
     client, child = _blocked_client(server[0], server[1], cwd=sockdir)
     # The child becomes the client: same stdin/stdout/stderr objects, same cwd, its own session.
-    assert _wait_for(lambda: os.readlink(f"/proc/{child}/cwd") == str(sockdir), what="chdir")
+    assert wait_for(lambda: os.readlink(f"/proc/{child}/cwd") == str(sockdir), what="chdir")
     for fd in (0, 1, 2):
         assert os.readlink(f"/proc/{child}/fd/{fd}") == os.readlink(f"/proc/{client.pid}/fd/{fd}")
     assert os.getsid(child) == child
@@ -186,7 +177,7 @@ def test_killing_the_client_kills_the_child(server, sig):
     time.sleep(0.3)  # let the client reach its wait for the exit code
     client.send_signal(sig)
     assert client.wait(timeout=30) == 128 + sig
-    _wait_for(lambda: not _alive(child), timeout_s=15, what=f"child {child} to die")
+    wait_for(lambda: not _alive(child), timeout_s=15, what=f"child {child} to die")
     client.communicate()
     assert ping(server[0]) == server[1]  # the server carries on
 
@@ -229,7 +220,7 @@ def test_worker_command_line(sockdir):
 def _serve(sock: str, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "hacpo.worker", "serve", "--socket", sock, "--no-preload", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for(lambda: ping(sock, timeout_s=1) == proc.pid or proc.poll() is not None, what="the server")
+    wait_for(lambda: ping(sock, timeout_s=1) == proc.pid or proc.poll() is not None, what="the server")
     return proc
 
 
@@ -303,7 +294,7 @@ def test_lost_server_fails_the_client_clearly(sockdir):
     client.stdin.write("{}\n")  # let the orphaned child finish
     client.stdin.close()
     assert "lost the connection to the warm worker" in client.stderr.read()
-    _wait_for(lambda: not _alive(child), what="the orphaned child to finish")
+    wait_for(lambda: not _alive(child), what="the orphaned child to finish")
 
 
 @pytest.mark.slow

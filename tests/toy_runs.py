@@ -1,0 +1,33 @@
+"""Run configs of the local engine on the toy data, shared by the engine's tests."""
+
+from __future__ import annotations
+
+import os
+
+from hacpo.config import TrainConfig, load_train_config
+
+TEST_DEVICE = os.environ.get("HACPO_TEST_DEVICE", "cpu")  # checked in conftest.py
+
+
+def toy_train_config(tmp_path, agents, method: str, *, data, **overrides) -> TrainConfig:
+    """``method`` on ``agents`` (``[(name, path)]``) over ``data``'s train/test files, in ``tmp_path/method``:
+    2 steps of 4 prompts × G = 4, mini-batches of 8, no validation or checkpoints, seed 3, on the test device;
+    ``overrides`` change any of it."""
+    base = dict(
+        method=method,
+        agents=[{"name": n, "path": str(p)} for n, p in agents],
+        train_file=str(data / "train.jsonl"),
+        val_file=str(data / "test.jsonl"),
+        out_dir=str(tmp_path / method),
+        steps=2,
+        prompts_per_step=4,
+        group_size=4,
+        minibatch_size=8,
+        val_size=40,
+        val_every=0,
+        checkpoint_every=0,
+        seed=3,
+        device=TEST_DEVICE,
+    )
+    base.update(overrides)
+    return load_train_config(base)
