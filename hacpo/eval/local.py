@@ -44,17 +44,15 @@ class LocalGenerator:
     def generate(self, problems: list[dict], sampling, batch_size: int = 256) -> list[list[str]]:
         gen = torch.Generator(device=self.device).manual_seed(sampling.seed)
         out: list[list[str]] = []
+        prompts = [prompt_ids(self.tok, as_problem(p), sampling.prompt_style) for p in problems]
         if self.batch_tokens is not None:  # problems per batch: their k rows fit the token budget
-            style = sampling.prompt_style
-            longest = max((len(prompt_ids(self.tok, as_problem(p), style)) for p in problems), default=0)
-            per_row = longest + sampling.max_new_tokens
+            per_row = max((len(x) for x in prompts), default=0) + sampling.max_new_tokens
             rows = rows_per_batch(self.batch_tokens, per_row, batch_size * sampling.k)
             batch_size = max(1, rows // sampling.k)
         for start in range(0, len(problems), batch_size):
-            chunk = problems[start : start + batch_size]
-            seqs = [prompt_ids(self.tok, as_problem(p), sampling.prompt_style) for p in chunk]
+            seqs = prompts[start : start + batch_size]
             ids, mask = left_pad(seqs, self.pad)
-            rows = torch.arange(len(chunk), device=self.device).repeat_interleave(sampling.k)
+            rows = torch.arange(len(seqs), device=self.device).repeat_interleave(sampling.k)
             res = generate(
                 self.model,
                 ids.to(self.device),
