@@ -7,7 +7,7 @@ e.g. ``tables.table1.pairs.2: unknown pair 'foo'; known: size, state``. A new mo
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -227,6 +227,8 @@ class EvalSetting(_Strict):
     batch_tokens: int | None = Field(None, ge=1)
     precision: Literal["fp32", "bf16"] | None = None
 
+    LOCAL_ONLY: ClassVar[tuple[str, ...]] = ("batch_tokens", "precision")  # passed to the local generator
+
 
 class _Table(_Strict):
     title: str | None = None
@@ -364,7 +366,7 @@ class PipelineConfig(_Strict):
                 need(f"pairs.{name}.agents.{i}", a, self.models, "model")
         if self.engine == "openrlhf":
             for name, e in self.eval_settings.items():
-                for key in ("batch_tokens", "precision"):
+                for key in EvalSetting.LOCAL_ONLY:
                     if getattr(e, key) is not None:
                         errs.append(
                             f"eval_settings.{name}.{key}: a setting of the local engine's generator; vLLM "

@@ -241,7 +241,7 @@ class Pipeline:
     def eval_settings(self, setting: str) -> dict:
         """Generation + benchmark settings of one evaluation job (what ``hacpo eval --settings`` reads)."""
         s = self.cfg.eval_settings[setting]
-        engine = {k: v for k in ("batch_tokens", "precision") if (v := getattr(s, k)) is not None}
+        engine = {k: v for k in s.LOCAL_ONLY if (v := getattr(s, k)) is not None}
         if self.cfg.engine == "openrlhf":
             longest_prompt = self.cfg.openrlhf.max_prompt_tokens
             vllm = self.cfg.openrlhf.eval.model_dump()
