@@ -6,6 +6,7 @@ by its warm-up spec and data, so a stale cache is rebuilt, never reused.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -16,9 +17,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-# The helper modules of this folder (toy_runs, polling, virtual_device) import by name: tests/ is no package
-# (openrlhf's wheel installs one named `tests`).
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 CACHE = Path(os.environ.get("HACPO_TEST_CACHE", ROOT / ".cache" / "test-agents"))
 SHARED = ROOT.parent / "shared"
 SLURM_UP = ROOT / ".ci" / "slurm-up.sh"
@@ -34,6 +33,19 @@ if _TEST_DEVICE not in ("cpu", "cuda"):
     raise pytest.UsageError(f"HACPO_TEST_DEVICE={_TEST_DEVICE!r}: use cpu or cuda")
 if _TEST_DEVICE == "cuda" and not torch.cuda.is_available():
     raise pytest.UsageError("HACPO_TEST_DEVICE=cuda but torch sees no CUDA device")
+
+
+def _register_helper(name: str) -> None:
+    """Make ``tests/<name>.py`` importable by name. tests/ is no package (openrlhf's wheel installs one named
+    `tests`) and must not go on sys.path either: tests/openrlhf would then pass for the openrlhf package."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
+for _name in ("polling", "toy_runs", "virtual_device"):
+    _register_helper(_name)
 
 
 @pytest.fixture(scope="session")
