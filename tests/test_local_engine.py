@@ -380,7 +380,10 @@ def test_memory_knobs_keep_the_maths(tmp_path, small_agent, other_agent, toy_dat
     row_b, weights_b = _one_step_weights(other)
     for a, b in zip(weights_a, weights_b, strict=True):
         assert not torch.equal(a, b) or "gradient_checkpointing" in knob  # summation order differs, a bit
-        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+        # Adam divides each step by √v, so an element whose gradient is near 0 can move by a fraction of lr
+        # (3e-5) under another fp32 summation order (2.7e-6 seen with transformers 5.24); a wrong weighting
+        # of the micro-batches moves many by more, and the loss metric below catches a wrong scale
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     for key in (
         "llama/reward",
         "qwen/reward",
