@@ -96,9 +96,10 @@ class TrainConfig(BaseModel):
     # Runtime only (same maths, less memory): recompute activations in the backward (the update then runs a
     # plain forward per row instead of shared prompt/prefix caches) ...
     gradient_checkpointing: bool = False
-    # ... and cut each mini-batch into micro-batches of at most this many prompt + response tokens, their
-    # gradients accumulated to the mini-batch's (None: the whole mini-batch in one forward/backward); the
-    # no-grad passes (π_old, reference, Naive self_old) run at most this many response tokens at once
+    # ... and cut each mini-batch into micro-batches of at most this many tokens as the forward runs them,
+    # padded (rows × (prompt width + longest response), longest first), their gradients accumulated to the
+    # mini-batch's (None: the whole mini-batch in one forward/backward); the no-grad passes (π_old,
+    # reference, Naive self_old) run in chunks of the same budget (hacpo.agents.lm.token_budget_chunks)
     micro_batch_tokens: int | None = Field(None, ge=1)
     # ... and generate validation answers in batches whose prompt + new tokens (the KV cache) fit this
     # budget (None: 512 problems per batch)

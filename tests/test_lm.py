@@ -19,6 +19,7 @@ from hacpo.agents.lm import (
     encode_prompts,
     generate,
     response_mask,
+    token_budget_chunks,
     token_logprobs,
     token_logprobs_shared_prompt,
 )
@@ -116,29 +117,69 @@ def test_shared_prompt_forward_equals_plain_forward_with_gradients(kind, padded)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 7, 30, 10_000])
-def test_no_grad_log_probs_in_token_budgeted_chunks_equal_one_pass(max_tokens):
+@pytest.mark.parametrize("ragged", [False, True])
+def test_no_grad_log_probs_in_token_budgeted_chunks_equal_one_pass(max_tokens, ragged):
     """``max_tokens`` runs the rows in chunks (the full-vocabulary logits of a 4,096-token rollout would not
     fit a GPU at once); rows are independent, so the values are those of one pass."""
     model = _model("qwen3", 2).eval()
     prompts = torch.randint(3, 40, (3, 6))
+    pmask = torch.ones_like(prompts, dtype=torch.bool)
+    pmask[1, :2] = False
     index = torch.tensor([0, 0, 1, 2, 2, 2, 1, 0])
     resp = torch.randint(3, 40, (8, 7))
+    rmask = torch.arange(7) < torch.tensor([7, 1, 4, 7, 2, 5, 3, 6])[:, None] if ragged else None
     with torch.no_grad():
-        whole = token_logprobs_shared_prompt(model, prompts, index, resp)
-        chunked = token_logprobs_shared_prompt(model, prompts, index, resp, max_tokens=max_tokens)
-    torch.testing.assert_close(chunked, whole, atol=1e-6, rtol=1e-6)
+        args = (model, prompts, index, resp, pmask, rmask)
+        whole, chunked = (
+            token_logprobs_shared_prompt(*args),
+            token_logprobs_shared_prompt(*args, max_tokens=max_tokens),
+        )
+    keep = torch.ones_like(resp, dtype=torch.bool) if rmask is None else rmask
+    torch.testing.assert_close(chunked * keep, whole * keep, atol=1e-6, rtol=1e-6)
 
 
-def test_greedy_is_deterministic_and_bad_arguments_fail():
+def test_no_grad_passes_make_no_more_logits_than_the_budget():
+    """Every forward of a budgeted pass runs, and makes logits for, at most ``max_tokens`` positions, counted
+    as padded: the shared-prefix encoding too. Here answers repeat each other at length (a collapsed policy)
+    and lengths are mixed (one long answer among short ones), the two ways a pass can outgrow its rows'
+    real tokens: prefixes padded to the longest shared one, responses padded to the longest."""
     model = _model("llama").eval()
-    ids = torch.randint(3, 40, (4, 5))
-    a = generate(model, ids, 6, eos_id=2, pad_id=0, greedy=True)
-    b = generate(model, ids, 6, eos_id=2, pad_id=0, greedy=True)
-    assert torch.equal(a.tokens, b.tokens)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        generate(model, ids, 0, eos_id=2, pad_id=0)
-    with pytest.raises(ValueError, match="temperature"):
-        generate(model, ids, 3, eos_id=2, pad_id=0, temperature=0.0)
+    prompts = torch.randint(3, 40, (4, 5))
+    index = torch.arange(4).repeat_interleave(4)
+    resp = torch.randint(3, 40, (4, 30))[index]  # each prompt's 4 answers: the same 30 tokens
+    resp[::4, 20:] = torch.randint(3, 40, (4, 10))  # ... apart from the last 10 of one of them
+    lengths = torch.full((16,), 3)
+    lengths[:8] = 30
+    lengths[0] = 12
+    rmask = torch.arange(30) < lengths[:, None]
+    seen = []
+
+    def count(_module, args, kwargs, out):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        seen.append((ids.numel(), out.logits.shape[0] * out.logits.shape[1]))
+
+    hook = model.register_forward_hook(count, with_kwargs=True)
+    budget = 5 * (5 + 30)
+    with torch.no_grad():
+        whole = token_logprobs_shared_prompt(model, prompts, index, resp, None, rmask)
+        unbounded, seen[:] = max(max(pair) for pair in seen), []
+        chunked = token_logprobs_shared_prompt(model, prompts, index, resp, None, rmask, max_tokens=budget)
+    hook.remove()
+    assert unbounded > budget  # this batch does outgrow the budget in one pass
+    assert max(max(pair) for pair in seen) <= budget, seen
+    torch.testing.assert_close(chunked * rmask, whole * rmask, atol=1e-6, rtol=1e-6)
+
+
+def test_token_budget_chunks_pack_longest_first_and_keep_prompts_adjacent():
+    lengths = torch.tensor([3, 10, 3, 7, 10, 1])
+    group = torch.tensor([1, 0, 0, 1, 1, 0])
+    chunks = token_budget_chunks(lengths, 24, prompt_len=2, group=group)
+    assert [c.tolist() for c in chunks] == [[1, 4], [3, 2], [0, 5]]  # widths 12, 9, 5: 2 rows each fit
+    for chunk in chunks:
+        assert len(chunk) * (2 + int(lengths[chunk].max())) <= 24
+    alone = token_budget_chunks(lengths, 5, prompt_len=2)  # every row is over the budget: one a chunk
+    assert [c.tolist() for c in alone] == [[1], [4], [3], [0], [2], [5]]
+    assert [c.tolist() for c in token_budget_chunks(lengths, None)] == [[0, 1, 2, 3, 4, 5]]
 
 
 @pytest.mark.parametrize("padded", [False, True])
@@ -183,7 +224,6 @@ def test_sampler_draws_the_given_distribution_and_never_a_zero_entry():
     assert torch.allclose(freq[[1, 3, 4]], torch.tensor([0.1, 0.6, 0.3], dtype=torch.float64), atol=0.006)
     again = _sample(probs[:10], torch.Generator().manual_seed(0))
     assert torch.equal(again, draws[:10])  # deterministic in the generator
-
 
 
 def test_allocator_tuning_is_idempotent_and_harmless():

@@ -348,20 +348,10 @@ class SharedPrefixes:
         mask = torch.where(in_prompt, prompt_mask.gather(1, p_col.clamp(0, tp - 1)), in_prefix)
         return ids, mask
 
-    def logprobs(
-        self, rows: torch.Tensor | None = None, detach: bool = False, max_tokens: int | None = None
-    ) -> torch.Tensor:
-        """Log-probs ``[R, T]`` of the responses of ``rows`` (default all); arbitrary past each row's mask.
-
-        ``max_tokens`` (no-grad passes): rows are run in chunks of at most that many suffix tokens, so the
-        full-vocabulary logits (≈ 10 bytes × vocabulary per token at once) never exceed the budget. Same
-        values as one pass (rows are independent)."""
+    def logprobs(self, rows: torch.Tensor | None = None, detach: bool = False) -> torch.Tensor:
+        """Log-probs ``[R, T]`` of the responses of ``rows`` (default all); arbitrary past each row's mask."""
         if rows is None:
             rows = torch.arange(self.response.shape[0], device=self.response.device)
-        per_chunk = len(rows) if max_tokens is None else max(1, max_tokens // self.suffix_width)
-        if per_chunk < len(rows):
-            chunks = [rows[i : i + per_chunk] for i in range(0, len(rows), per_chunk)]
-            return torch.cat([self.logprobs(chunk, detach) for chunk in chunks])
         group, resp = self.row_group[rows], self.response[rows]
         encoded, prefix_logp = self.encoded, self.prefix_logp
         if detach:
@@ -381,6 +371,30 @@ class SharedPrefixes:
         return torch.where(rel < 0, from_prefix, from_suffix)
 
 
+def token_budget_chunks(
+    lengths: torch.Tensor, budget: int | None, prompt_len: int = 0, group: torch.Tensor | None = None
+) -> list[torch.Tensor]:
+    """Row indices ``[0, R)`` cut into chunks that each run at most ``budget`` tokens *as padded*: rows ×
+    (``prompt_len`` + the chunk's longest length), the tokens a padded forward runs and the full-vocabulary
+    logits it makes (≈ 2 MB per token for a 152k vocabulary). Rows are taken longest first, so a chunk pads
+    little (one 4,096-token answer among 400-token ones would otherwise pad them all to 4,096); rows of one
+    ``group`` (a prompt) stay adjacent among equal lengths, so they can share it. A row longer than the
+    budget is a chunk of its own. ``budget`` None: one chunk, rows in order."""
+    if budget is None:
+        return [torch.arange(len(lengths))]
+    order = torch.arange(len(lengths))
+    if group is not None:
+        order = torch.sort(group.cpu(), stable=True).indices
+    order = order[torch.sort(lengths.cpu()[order], descending=True, stable=True).indices]
+    sizes = (lengths.cpu()[order] + prompt_len).tolist()
+    chunks, start = [], 0
+    while start < len(order):
+        rows = max(1, budget // max(1, sizes[start]))  # the chunk's first row is its longest
+        chunks.append(order[start : start + rows])
+        start += rows
+    return chunks
+
+
 def token_logprobs_shared_prompt(
     model,
     prompt_ids: torch.Tensor,
@@ -390,13 +404,30 @@ def token_logprobs_shared_prompt(
     response_mask: torch.Tensor | None = None,
     max_tokens: int | None = None,
 ) -> torch.Tensor:
-    """:func:`token_logprobs` of ``cat(prompt_ids[prompt_index], response)``, each shared prefix run once;
-    ``max_tokens`` bounds the suffix tokens run at once (:meth:`SharedPrefixes.logprobs`).
+    """:func:`token_logprobs` of ``cat(prompt_ids[prompt_index], response)``, each shared prefix run once.
 
     A group's G (HACPO: n·G) rows share one prompt and usually the start of their responses; see
     :class:`SharedPrefixes`. Gradients flow through the shared cache, so the result and its gradient equal
     the plain forward. Shapes: ``prompt_ids`` ``[P, Tp]`` (left-padded, ``prompt_mask``), ``prompt_index``
     ``[R]``, ``response`` ``[R, T]`` (right-padded after ``response_mask``; values there are arbitrary).
+
+    ``max_tokens`` (no-grad passes over a whole rollout): rows run in chunks of at most that many padded
+    prompt + response tokens (:func:`token_budget_chunks`), prefixes shared within a chunk, so neither the
+    prefix encoding nor the suffix pass makes more logits than the budget. Same values (rows are
+    independent); zeros past each row's mask.
     """
-    shared = SharedPrefixes(model, prompt_ids, prompt_index, response, response_mask, prompt_mask)
-    return shared.logprobs(max_tokens=max_tokens)
+    if max_tokens is None:
+        shared = SharedPrefixes(model, prompt_ids, prompt_index, response, response_mask, prompt_mask)
+        return shared.logprobs()
+    if response_mask is None:
+        response_mask = torch.ones_like(response, dtype=torch.bool)
+    lengths = response_mask.sum(1).cpu()
+    out = torch.zeros(response.shape, dtype=torch.float32, device=response.device)
+    for chunk in token_budget_chunks(lengths, max_tokens, prompt_ids.shape[1], prompt_index):
+        width = max(1, int(lengths[chunk].max()))
+        chunk = chunk.to(response.device)
+        cols = (chunk, slice(0, width))
+        shared = SharedPrefixes(model, prompt_ids, prompt_index[chunk], response[cols], response_mask[cols],
+                                prompt_mask)  # fmt: skip
+        out[cols] = shared.logprobs()
+    return out

@@ -31,6 +31,7 @@ from hacpo.agents.lm import (
     SharedPrefixes,
     generate,
     left_pad,
+    token_budget_chunks,
     token_logprobs,
     token_logprobs_shared_prompt,
 )
@@ -458,7 +459,7 @@ class LocalTrainer:
         for _epoch in range(self.method.epochs):
             for idx in chunks:
                 learner.opt.zero_grad(set_to_none=True)
-                parts = self._micro_batches(idx, rows, p_mask)
+                parts = self._micro_batches(idx, rows, p_ids)
                 whole = None
                 if len(parts) > 1:  # each part's loss is its share of the mini-batch's (hacpo.algo)
                     own = rows.is_own[idx]
@@ -478,21 +479,16 @@ class LocalTrainer:
                 m += 1
         return logs
 
-    def _micro_batches(self, idx: torch.Tensor, rows: Rows, p_mask: torch.Tensor) -> list[torch.Tensor]:
-        """``idx`` cut, in order, into parts of at most ``micro_batch_tokens`` prompt + response tokens
-        (a row longer than the budget is a part of its own); the whole mini-batch when unset."""
-        budget = self.cfg.micro_batch_tokens
-        if budget is None:
-            return [idx]
-        tokens = (p_mask.sum(1)[rows.prompt_index[idx]] + rows.mask[idx].sum(1)).tolist()
-        parts, start, used = [], 0, 0
-        for i, n in enumerate(tokens):
-            if i > start and used + n > budget:
-                parts.append(idx[start:i])
-                start, used = i, 0
-            used += n
-        parts.append(idx[start:])
-        return parts
+    def _micro_batches(self, idx: torch.Tensor, rows: Rows, p_ids: torch.Tensor) -> list[torch.Tensor]:
+        """``idx`` cut into parts of at most ``micro_batch_tokens`` tokens as the forward runs them, padded:
+        rows × (prompt width + the part's longest response), longest rows first
+        (:func:`~hacpo.agents.lm.token_budget_chunks`; a row longer than the budget is a part of its own).
+        The loss is a sum over rows, so the parts' order changes nothing but float summation order. The
+        whole mini-batch, in order, when unset."""
+        lengths = rows.mask[idx].sum(1)
+        budget, width = self.cfg.micro_batch_tokens, p_ids.shape[1]
+        chunks = token_budget_chunks(lengths, budget, width, rows.prompt_index[idx])
+        return [idx[chunk] for chunk in chunks]
 
     def _part_loss(self, learner, rows: Rows, idx, p_ids, p_mask, m: int, whole):
         """Loss of rows ``idx`` at update m: the mini-batch's, or (``whole`` = its row and own-token counts)
@@ -680,16 +676,17 @@ class LocalTrainer:
         cross = torch.nonzero(~rows.is_own).flatten()
         if len(cross):
             p_ids, p_mask = self.agents[k].prompt_ids(problems, self.cfg.prompt_style, "cpu")
-            with torch.no_grad(), self.autocast(), eval_mode(self.agents[k].model):
-                shared = self._shared(
-                    self.agents[k],
-                    rows.prompt_index[cross],
-                    rows.response[cross],
-                    rows.mask[cross],
-                    p_ids,
-                    p_mask,
+            dev, agent = self.device, self.agents[k]
+            with torch.no_grad(), self.autocast(), eval_mode(agent.model):
+                lp = token_logprobs_shared_prompt(
+                    agent.model,
+                    p_ids.to(dev),
+                    rows.prompt_index[cross].to(dev),
+                    rows.response[cross].to(dev),
+                    p_mask.to(dev),
+                    rows.mask[cross].to(dev),
+                    max_tokens=self.cfg.micro_batch_tokens,
                 )
-                lp = shared.logprobs(max_tokens=self.cfg.micro_batch_tokens)
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
 
