@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import itertools
 import json
 import math
@@ -410,6 +412,60 @@ def test_micro_batches_respect_the_token_budget(tmp_path, small_agent, other_age
     for part, length in zip(parts, lengths, strict=True):  # as the forward runs them: padded
         assert len(part) * (p_ids.shape[1] + int(length.max())) <= 40 or len(part) == 1
     assert all(int(a.min()) >= int(b.max()) for a, b in itertools.pairwise(lengths))  # longest first
+
+
+class _PhaseNames:
+    """The trainer's :class:`~hacpo.engines.phases.Phases`, also telling which phase is running."""
+
+    def __init__(self, inner):
+        self.inner, self.name = inner, None
+
+    @contextlib.contextmanager
+    def __call__(self, name):
+        self.name = name
+        with self.inner(name):
+            yield
+        self.name = None
+
+    def __getattr__(self, attr):
+        return getattr(self.inner, attr)
+
+
+@pytest.mark.parametrize(
+    "knobs",
+    [{}, {"gradient_checkpointing": True}, {"method": "naive", "naive_cross_ratio": "self_old"}],
+    ids=["shared-prefixes", "checkpointing", "naive-self-old"],
+)
+def test_every_forward_after_generation_stays_within_the_token_budget(
+    tmp_path, small_agent, other_agent, toy_data, knobs
+):
+    """What ``micro_batch_tokens`` promises a GPU: no forward of the log-prob passes or of the update runs,
+    or makes full-vocabulary logits for, more than that many positions, padding included (a forward of one
+    row aside: it cannot be cut)."""
+    budget = 90
+    agents = [("llama", small_agent), ("qwen", other_agent)]
+    knobs = {"method": "hacpo", "old_logp": "forward", **knobs}  # π_old by forward: a pass of its own
+    cfg = _cfg(tmp_path, agents, data=toy_data, steps=1, micro_batch_tokens=budget, **knobs)
+    trainer = LocalTrainer(cfg)
+    trainer.phase = _PhaseNames(trainer.phase)
+    seen = collections.defaultdict(list)
+
+    def count(_module, args, kwargs, out):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if trainer.phase.name != "generate" and ids is not None:
+            seen[trainer.phase.name].append(
+                (ids.shape[0], max(ids.numel(), out.logits.shape[0] * out.logits.shape[1]))
+            )
+
+    for agent in trainer.agents:
+        for model in (agent.model, agent.ref):
+            if model is not None:
+                model.register_forward_hook(count, with_kwargs=True)
+    trainer.train_step(0)
+    assert {"logprobs", "update"} <= set(seen), set(seen)
+    over = [(phase, rows, n) for phase, runs in seen.items() for rows, n in runs if n > budget and rows > 1]
+    assert not over, over
+    assert max(n for runs in seen.values() for _, n in runs) > budget // 2  # the budget is what binds
 
 
 def test_bf16_precision_trains_and_is_part_of_the_identity(tmp_path, small_agent, other_agent, toy_data):
