@@ -89,6 +89,29 @@ def test_kv_decoder_steps_equal_the_models_forward(kind, kv_heads, padded, dtype
             assert torch.allclose(a.float(), b.float(), atol=tol), (t, (a - b).abs().max())
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+def test_kv_decoder_under_autocast_casts_its_weights_once_and_changes_no_bit(kind):
+    """Training generates from fp32 master weights under bf16 autocast: the decoder casts its (fused) weights
+    once instead of autocast re-casting them at every step. Same rounding, so the same logits to the bit as
+    a decoder whose fp32 weights autocast casts at each step, and HF's forward under autocast to bf16 ulps."""
+    model = _model(kind, 2).eval()
+    prompts = torch.randint(3, 40, (3, 5))
+    rows = torch.tensor([0, 1, 1, 2, 0])
+    pos = torch.full((5,), 5)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        enc = encode_prompts(model, prompts)
+        once, hf = KVDecoder(model, enc, rows, 4), HFDecoder(model, enc, rows, 4)
+        with torch.autocast("cpu", enabled=False):
+            per_step = KVDecoder(model, enc, rows, 4)  # built outside autocast: fp32 weights
+        assert once.layers[0]["qkv"].dtype == once.lm_head.dtype == torch.bfloat16
+        assert per_step.layers[0]["qkv"].dtype == torch.float32
+        for t in range(4):
+            tok = torch.randint(3, 40, (5,))
+            a, b, c = once.step(tok, pos + t), per_step.step(tok, pos + t), hf.step(tok, pos + t)
+            assert torch.equal(a, b), t
+            assert torch.allclose(a.float(), c.float(), atol=0.02), (t, (a - c).abs().max())
+
+
 def test_kv_decoder_declines_architectures_it_does_not_implement():
     model = _model("llama")
     model.config.attention_bias = True
