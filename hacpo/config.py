@@ -174,15 +174,17 @@ class TrainConfig(BaseModel):
     def check_paths(self) -> None:
         """Existence checks, separate from schema validation so configs can be validated anywhere."""
         problems = []
+        make = "make it with `hacpo data` (synthetic) or `hacpo prepare-data` (MATH, benchmarks)"
         if not Path(self.train_file).is_file():
-            problems.append(f"train_file {self.train_file!r} does not exist (run `hacpo data` to make it)")
+            problems.append(f"train_file {self.train_file!r} does not exist: {make}")
         if self.val_file and not Path(self.val_file).is_file():
-            problems.append(f"val_file {self.val_file!r} does not exist")
+            problems.append(f"val_file {self.val_file!r} does not exist: {make}")
         for a in self.agents:
             if not (Path(a.path) / "config.json").is_file():
                 problems.append(
-                    f"agent {a.name!r}: {a.path!r} is not a Hugging Face model directory (no config.json); "
-                    "build it with `hacpo build-agent` or point `path` at a checkpoint"
+                    f"agent {a.name!r}: {a.path!r} is not a Hugging Face model directory (no config.json): "
+                    f"download one (`huggingface-cli download ORG/MODEL --local-dir {a.path}`), build a toy "
+                    "agent with `hacpo build-agent`, or point `path` at a checkpoint"
                 )
         if problems:
             raise ValueError("; ".join(problems))

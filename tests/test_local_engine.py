@@ -243,16 +243,25 @@ def test_bad_config_is_rejected_before_any_model_is_built(tmp_path, change, mess
         load_train_config(base)
 
 
-def test_missing_files_are_named(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_missing_files_and_devices_are_named_at_once(tmp_path, device):
+    """Every problem, with its fix, in one message, before any model is read."""
     cfg = load_train_config(
         dict(
             method="gspo",
             agents=[{"name": "a", "path": str(tmp_path)}],
             train_file="nope.jsonl",
             out_dir=str(tmp_path),
+            device=device,
         )
     )
-    with pytest.raises(ValueError, match="train_file 'nope.jsonl' does not exist.*not a Hugging Face model"):
+    no_cuda = device == "cuda" and not torch.cuda.is_available()
+    expected = (
+        ("device: cuda, but torch sees no CUDA device.*; " if no_cuda else "^")
+        + "train_file 'nope.jsonl' does not exist: make it with `hacpo data`.*"
+        + "not a Hugging Face model directory.*huggingface-cli download ORG/MODEL --local-dir"
+    )
+    with pytest.raises(ValueError, match=expected):
         LocalTrainer(cfg)
 
 

@@ -61,6 +61,8 @@ from hacpo.runio import (
     versions,
 )
 
+NO_CUDA = "device: cuda, but torch sees no CUDA device here: use device: auto (or cpu)"
+
 
 # ---------------------------------------------------------------------------------------------- data
 def read_problems(path: str | Path) -> list[dict]:
@@ -184,7 +186,13 @@ def _pad_rows(seqs: list[list[int]], pad: int, width: int | None = None) -> tupl
 
 class LocalTrainer:
     def __init__(self, cfg: TrainConfig):
-        cfg.check_paths()
+        no_cuda = cfg.device == "cuda" and not torch.cuda.is_available()
+        try:
+            cfg.check_paths()
+        except ValueError as err:  # every problem in one message
+            raise ValueError(f"{NO_CUDA}; {err}" if no_cuda else str(err)) from None
+        if no_cuda:
+            raise ValueError(NO_CUDA)
         self.cfg = cfg
         self.method = cfg.resolved_method()
         self.spec = cfg.loss_spec()
@@ -192,10 +200,6 @@ class LocalTrainer:
         if cfg.device == "auto":
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
-            if cfg.device == "cuda" and not torch.cuda.is_available():
-                raise ValueError(
-                    "device: cuda was requested but no CUDA device is available; use device: auto"
-                )
             self.device = torch.device(cfg.device)
         torch.set_num_threads(cfg.threads)
         self.problems = read_problems(cfg.train_file)
