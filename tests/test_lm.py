@@ -146,11 +146,13 @@ def test_no_grad_log_probs_in_token_budgeted_chunks_equal_one_pass(max_tokens, r
     fit a GPU at once); rows are independent, so the values are those of one pass."""
     model = _model("qwen3", 2).eval()
     prompts = torch.randint(3, 40, (3, 6))
-    pmask = torch.ones_like(prompts, dtype=torch.bool)
-    pmask[1, :2] = False
+    pmask = rmask = None
+    if ragged:  # left-padded prompts, right-padded answers of mixed lengths
+        pmask = torch.ones_like(prompts, dtype=torch.bool)
+        pmask[1, :2] = False
+        rmask = torch.arange(7) < torch.tensor([7, 1, 4, 7, 2, 5, 3, 6])[:, None]
     index = torch.tensor([0, 0, 1, 2, 2, 2, 1, 0])
     resp = torch.randint(3, 40, (8, 7))
-    rmask = torch.arange(7) < torch.tensor([7, 1, 4, 7, 2, 5, 3, 6])[:, None] if ragged else None
     with torch.no_grad():
         args = (model, prompts, index, resp, pmask, rmask)
         whole, chunked = (
@@ -203,6 +205,18 @@ def test_token_budget_chunks_pack_longest_first_and_keep_prompts_adjacent():
     alone = token_budget_chunks(lengths, 5, prompt_len=2)  # every row is over the budget: one a chunk
     assert [c.tolist() for c in alone] == [[1], [4], [3], [0], [2], [5]]
     assert [c.tolist() for c in token_budget_chunks(lengths, None)] == [[0, 1, 2, 3, 4, 5]]
+
+
+def test_greedy_is_deterministic_and_bad_arguments_fail():
+    model = _model("llama").eval()
+    ids = torch.randint(3, 40, (4, 5))
+    a = generate(model, ids, 6, eos_id=2, pad_id=0, greedy=True)
+    b = generate(model, ids, 6, eos_id=2, pad_id=0, greedy=True)
+    assert torch.equal(a.tokens, b.tokens)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(model, ids, 0, eos_id=2, pad_id=0)
+    with pytest.raises(ValueError, match="temperature"):
+        generate(model, ids, 3, eos_id=2, pad_id=0, temperature=0.0)
 
 
 @pytest.mark.parametrize("padded", [False, True])
