@@ -173,6 +173,11 @@ class TrainConfig(BaseModel):
 
     def check_paths(self) -> None:
         """Existence checks, separate from schema validation so configs can be validated anywhere."""
+        if problems := self.path_problems():
+            raise ValueError("; ".join(problems))
+
+    def path_problems(self) -> list[str]:
+        """What :meth:`check_paths` finds missing, each with its fix."""
         problems = []
         make = "make it with `hacpo data` (synthetic) or `hacpo prepare-data` (MATH, benchmarks)"
         if not Path(self.train_file).is_file():
@@ -186,8 +191,7 @@ class TrainConfig(BaseModel):
                     f"download one (`huggingface-cli download ORG/MODEL --local-dir {a.path}`), build a toy "
                     "agent with `hacpo build-agent`, or point `path` at a checkpoint"
                 )
-        if problems:
-            raise ValueError("; ".join(problems))
+        return problems
 
 
 def format_validation_error(err: ValidationError) -> str:

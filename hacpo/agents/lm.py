@@ -382,11 +382,10 @@ def token_budget_chunks(
     budget is a chunk of its own. ``budget`` None: one chunk, rows in order."""
     if budget is None:
         return [torch.arange(len(lengths))]
-    order = torch.arange(len(lengths))
-    if group is not None:
-        order = torch.sort(group.cpu(), stable=True).indices
-    order = order[torch.sort(lengths.cpu()[order], descending=True, stable=True).indices]
-    sizes = (lengths.cpu()[order] + prompt_len).tolist()
+    lengths = lengths.cpu()
+    order = torch.arange(len(lengths)) if group is None else torch.sort(group.cpu(), stable=True).indices
+    order = order[torch.sort(lengths[order], descending=True, stable=True).indices]
+    sizes = (lengths[order] + prompt_len).tolist()
     chunks, start = [], 0
     while start < len(order):
         rows = max(1, budget // max(1, sizes[start]))  # the chunk's first row is its longest

@@ -186,13 +186,11 @@ def _pad_rows(seqs: list[list[int]], pad: int, width: int | None = None) -> tupl
 
 class LocalTrainer:
     def __init__(self, cfg: TrainConfig):
-        no_cuda = cfg.device == "cuda" and not torch.cuda.is_available()
-        try:
-            cfg.check_paths()
-        except ValueError as err:  # every problem in one message
-            raise ValueError(f"{NO_CUDA}; {err}" if no_cuda else str(err)) from None
-        if no_cuda:
-            raise ValueError(NO_CUDA)
+        problems = cfg.path_problems()  # every problem in one message
+        if cfg.device == "cuda" and not torch.cuda.is_available():
+            problems.insert(0, NO_CUDA)
+        if problems:
+            raise ValueError("; ".join(problems))
         self.cfg = cfg
         self.method = cfg.resolved_method()
         self.spec = cfg.loss_spec()
@@ -679,8 +677,8 @@ class LocalTrainer:
         rows = self._rows_for(k, rolls, omegas)
         cross = torch.nonzero(~rows.is_own).flatten()
         if len(cross):
-            p_ids, p_mask = self.agents[k].prompt_ids(problems, self.cfg.prompt_style, "cpu")
             dev, agent = self.device, self.agents[k]
+            p_ids, p_mask = agent.prompt_ids(problems, self.cfg.prompt_style, "cpu")
             with torch.no_grad(), self.autocast(), eval_mode(agent.model):
                 lp = token_logprobs_shared_prompt(
                     agent.model,
