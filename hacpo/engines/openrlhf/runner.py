@@ -32,12 +32,13 @@ from hacpo.runio import (
 )
 
 from . import logs
-from .command import Layout, build_command, gpu_fraction, joint_agent_args, prompt_order
+from .command import Layout, build_command, gpu_fraction, joint_agent_args, program, prompt_order
 from .gpumem import GpuMemorySampler
 from .options import OpenRLHFOptions
 
 OPENRLHF_VERSION = "0.11.2"
 SYNC_EVERY_S = 60.0
+RAY_CPUS_ON_CPU = 32  # logical: Ray schedules by them, the OS shares the real cores
 Launcher = Callable[[list[str], dict, Path], int]  # (argv, env, log file) → exit code
 
 
@@ -290,7 +291,7 @@ def joint_command(
         gpu_fraction(n, cfg.loss_spec().kl_beta > 0)  # refuses more agents than the hybrid engine can hold
     for k in range(n):
         joint_agent_args(cfg, opts, layout, k)
-    return [python, "-m", "hacpo.engines.openrlhf.joint.driver", str(layout.joint_spec.resolve())]
+    return [*program(opts, python), "hacpo.engines.openrlhf.joint.driver", str(layout.joint_spec.resolve())]
 
 
 def write_joint_spec(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout) -> None:
@@ -309,5 +310,7 @@ def _run(argv, env, layout: Layout, opts: OpenRLHFOptions, launcher, on_tick) ->
         return launcher(argv, env, layout.log)
     from .ray_cluster import ray_cluster, terminate_on_sigterm
 
-    with terminate_on_sigterm(), ray_cluster(num_gpus=opts.gpus_per_node) as address:
+    # On CPU the GPUs are logical (Ray places actors by them) and so are the CPUs: every actor gets one
+    cpus = RAY_CPUS_ON_CPU if opts.cpu else None
+    with terminate_on_sigterm(), ray_cluster(num_gpus=opts.gpus_per_node, num_cpus=cpus) as address:
         return launch_subprocess(argv, {**env, "RAY_ADDRESS": address}, layout.log, on_tick)

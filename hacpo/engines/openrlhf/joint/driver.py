@@ -188,6 +188,18 @@ class HacpoController(BasePPOTrainer):
         return self.loop.run()
 
 
+def openrlhf_worker_env() -> dict[str, str]:
+    """The environment ``train_ppo_ray`` gives its Ray workers (its ``ray.init``), the same for ours."""
+    import os
+
+    defaults = {
+        "TOKENIZERS_PARALLELISM": "true",
+        "NCCL_DEBUG": "WARN",
+        "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1",
+    }
+    return {k: os.environ.get(k, v) for k, v in defaults.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     import ray
 
@@ -199,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     spec = json.loads(Path(argv[0]).read_text())
     if not ray.is_initialized():
-        ray.init()
+        ray.init(runtime_env={"env_vars": openrlhf_worker_env()})
     controller = build(spec)
     steps = ray.get(controller.fit.remote())
     print(f"hacpo joint run finished: {steps} steps ({Layout(Path(spec['run_dir'])).root})", flush=True)

@@ -18,6 +18,7 @@ own templated prompt, so the learner sees its own chat template around every row
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 
 import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
@@ -155,6 +156,38 @@ def cross_rows(
             )
         )
     return out
+
+
+# Experience fields HACPO's loss reads (joint/loss.py); any other field is OpenRLHF's bookkeeping.
+LOSS_FIELDS = ("sequences", "attention_mask", "action_mask", "action_log_probs", "advantages")
+
+
+def batchable(rows: Sequence[Experience]) -> list[Experience]:
+    """Rows that OpenRLHF's ``make_experience_batch`` can stack together, whatever made them.
+
+    It batches a field by its first row's type: a field set on some rows and ``None`` on others (own rows
+    carry ``make_experience``'s per-token ``kl``, values, rollout log-probs; cross rows do not) would be
+    zero-padded with a ``None`` inside, and an ``info`` key missing on some rows raises. Such fields are set
+    to ``None`` on every row, ``info`` keeps the keys every row has; a field the loss reads must be on
+    every row (KL's ``base_action_log_probs`` is zeros on cross rows, so it stays)."""
+    rows = list(rows)
+    if not rows:
+        return rows
+    for f in fields(Experience):
+        present = [getattr(r, f.name) is not None for r in rows]
+        if all(present) or not any(present):
+            continue
+        if f.name in LOSS_FIELDS or f.name == "base_action_log_probs":
+            raise ValueError(f"Experience.{f.name} is missing on {present.count(False)} of {len(rows)} rows")
+        for r in rows:
+            setattr(r, f.name, None)
+    common = set.intersection(*(set(r.info) for r in rows))
+    lost = sorted(k for k in KEYS if k not in common)
+    if lost:
+        raise ValueError(f"HACPO's row fields {lost} are missing on some rows")
+    for r in rows:
+        r.info = {k: v for k, v in r.info.items() if k in common}
+    return rows
 
 
 def assign_advantages(

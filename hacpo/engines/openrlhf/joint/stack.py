@@ -30,7 +30,7 @@ from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
-from .rows import IS_SELF
+from .rows import IS_SELF, batchable
 
 
 def balanced_chunks(rows: list, ranks: int) -> list[list]:
@@ -109,7 +109,7 @@ class OpenRLHFStack:
     def train(self, rows: list) -> dict:
         group = self.actor_group
         ranks = len(group._actor_handlers) // group.duplicate_actors
-        chunks = balanced_chunks(rows, ranks)
+        chunks = balanced_chunks(batchable(rows), ranks)
         batches = [make_experience_batch(c) for c in chunks]
         ray.get(group.async_run_method_batch(method_name="append", experience=batches))
         sleep = self.args.ds.enable_sleep
