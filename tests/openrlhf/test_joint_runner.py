@@ -1,78 +1,28 @@
-"""A joint run through ``hacpo.engines.openrlhf.runner.train`` (issue 11) on CPU, killed and resumed.
-
-The runner does what it does on a cluster (joint.json with every agent's OpenRLHF arguments, prompt files,
-run.json, checkpoint collection, profile.json); the launcher double plays the driver: it parses each agent's
-arguments with OpenRLHF's own parser (:func:`driver.parse_args`), pins every agent to the controller's step
-(:func:`driver.pin_resume_step`), loads DeepSpeed-layout states like ``--ckpt.load_enable``, and runs
-:class:`JointLoop` over CPU agent stacks (cpu_stack.py). The first launch dies during step 3; the rerun
-resumes from step 2 and ends with the metrics, validation and final weights of an uninterrupted run.
-"""
+"""The joint driver's own pieces against the real openrlhf 0.11.2 (the whole driver runs for real in
+test_real_stack.py and the rehearsal): OpenRLHF's parser on every joint run of the paper, the controller's
+construction from OpenRLHF's classes, resume pinning, prompt ids, rows dealt over data-parallel ranks and the
+ranks' metrics merged, the engine calls around a weight sync (vLLM's own sleep state machine)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-pytest.importorskip("openrlhf", reason="needs openrlhf==0.11.2: bash scripts/setup_openrlhf_cpu.sh")
 sys.path.insert(0, str(Path(__file__).parent))
-import gpu_only_modules  # noqa: E402
+from real_stack import NEEDS, on_this_machine  # noqa: E402
 
-gpu_only_modules.install()
+pytest.importorskip("openrlhf", reason=NEEDS)
+pytest.importorskip("vllm", reason=NEEDS)
+on_this_machine()
 
-from cpu_stack import CpuStack  # noqa: E402
 
 from hacpo.config import TrainConfig  # noqa: E402
-from hacpo.engines.openrlhf.joint import controller as C  # noqa: E402
 from hacpo.engines.openrlhf.joint.driver import parse_args, pin_resume_step  # noqa: E402
-
-
-class Killed(Exception):
-    pass
-
-
-class DriverDouble:
-    """Plays ``python -m hacpo.engines.openrlhf.joint.driver joint.json`` in this process, on CPU."""
-
-    def __init__(self, die_in_step: int | None = None):
-        self.die_in_step, self.launches = die_in_step, 0
-
-    def __call__(self, argv, env, log: Path) -> int:
-        self.launches += 1
-        assert argv[1:3] == ["-m", "hacpo.engines.openrlhf.joint.driver"]
-        spec = json.loads(Path(argv[3]).read_text())
-        cfg = TrainConfig.model_validate(spec["config"])
-        args = [parse_args(spec["argv"][a.name]) for a in cfg.agents]  # OpenRLHF's own parser and checks
-        state = C.read_state(Path(spec["state"]))
-        pin_resume_step([a.ckpt.path for a in args], state["step"])
-        stacks = []
-        for k, (agent, a) in enumerate(zip(cfg.agents, args, strict=True)):
-            assert Path(a.data.prompt_dataset).is_file() and a.actor.model_name_or_path == agent.path
-            micro = a.train.micro_batch_size
-            stack = CpuStack(agent.name, Path(agent.path), [], cfg.loss_spec(), seed=k, micro=micro,
-                             gas=a.train.batch_size // micro, ckpt=Path(a.ckpt.path))  # fmt: skip
-            Path(a.ckpt.path).mkdir(parents=True, exist_ok=True)
-            assert stack.load_latest() == state["step"]
-            stacks.append(stack)
-        loop = C.JointLoop(cfg, stacks, Path(spec["state"]))
-        if self.die_in_step is not None:
-            run_step = loop.step.run
-
-            def dying(step, problems):
-                if step == self.die_in_step:
-                    self.die_in_step = None
-                    raise Killed
-                return run_step(step, problems)
-
-            loop.step.run = dying
-        try:
-            loop.run()
-        except Killed:
-            return -9
-        return 0
 
 
 def _cfg(tmp_path, small_agent, other_agent, toy_data, out: str) -> TrainConfig:
@@ -99,58 +49,6 @@ def _cfg(tmp_path, small_agent, other_agent, toy_data, out: str) -> TrainConfig:
             "openrlhf": {"gpus_per_node": 1, "micro_train_batch_size": 4, "max_prompt_tokens": 48},
         }
     )
-
-
-def _comparable(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-
-
-def test_joint_run_contract_kill_and_resume(tmp_path, small_agent, other_agent, toy_data):
-    from hacpo.engines.openrlhf.runner import train
-    from hacpo.runio import RunRecord, read_jsonl
-
-    cfg = _cfg(tmp_path, small_agent, other_agent, toy_data, "killed")
-    double = DriverDouble(die_in_step=2)
-    with pytest.raises(RuntimeError, match="exited with status -9"):
-        train(cfg, cfg.openrlhf, launcher=double)
-    out = Path(cfg.out_dir)
-    rec = RunRecord.read(out)
-    assert rec.status == "running" and rec.step == 2 and rec.engine == "openrlhf"
-    assert [r["step"] for r in read_jsonl(out / "metrics.jsonl")] == [0, 1]
-    assert sorted({p.name for p in (out / "checkpoints" / "llama").iterdir()}) == ["step-2"]
-    spec = json.loads((out / "openrlhf" / "joint.json").read_text())
-    assert set(spec["argv"]) == {"llama", "qwen"} and spec["shared_gpus"] is True
-
-    done = train(cfg, cfg.openrlhf, launcher=double)
-    assert double.launches == 2 and done.status == "complete" and done.step == 4
-    rows = read_jsonl(out / "metrics.jsonl")
-    assert [r["step"] for r in rows] == [0, 1, 2, 3]
-    val = read_jsonl(out / "validation.jsonl")
-    assert sorted((r["step"], r["agent"]) for r in val) == [
-        (s, a) for s in (0, 2, 4) for a in ("llama", "qwen")
-    ]
-    for agent in ("llama", "qwen"):
-        assert sorted(p.name for p in (out / "checkpoints" / agent).iterdir()) == ["step-4"]  # keep 1 + final
-        assert done.final_checkpoints[agent] == str(out / "checkpoints" / agent / "step-4")
-    profile = json.loads((out / "profile.json").read_text())
-    assert profile["engine"] == "openrlhf" and profile["steps"] == 4 and profile["phase_s"]["update"] > 0
-    assert set(profile["phase_s"]) == {"generate", "logprobs", "retokenize", "update", "sync", "validate"}
-    assert profile["phase_s"]["validate"] > 0
-    assert rows[0]["llama/cross_in_bounds_frac"] >= 0 and len(rows[0]["omega"]) == 2
-    assert train(cfg, cfg.openrlhf, launcher=double).status == "complete" and double.launches == 2  # no redo
-
-    # the same run without a kill: same metrics (bar timings), validation and final weights
-    ref_cfg = _cfg(tmp_path, small_agent, other_agent, toy_data, "uninterrupted")
-    train(ref_cfg, ref_cfg.openrlhf, launcher=DriverDouble())
-    ref = Path(ref_cfg.out_dir)
-    assert _comparable(read_jsonl(ref / "metrics.jsonl")) == _comparable(rows)
-    assert read_jsonl(ref / "validation.jsonl") == val
-    from safetensors.torch import load_file
-
-    for agent in ("llama", "qwen"):
-        a = load_file(out / "checkpoints" / agent / "step-4" / "model.safetensors")
-        b = load_file(ref / "checkpoints" / agent / "step-4" / "model.safetensors")
-        assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_pin_resume_step(tmp_path):
@@ -212,85 +110,6 @@ def _tiny_joint(tmp_path, small_agent, other_agent, toy_data, **over) -> tuple[T
     return cfg, json.loads(layout.joint_spec.read_text())
 
 
-def _class_name(actor_type) -> str:
-    """The Python class behind a Ray actor class (ours recorded by the fake ray.remote, OpenRLHF's real)."""
-    cls = getattr(actor_type, "cls", None) or getattr(actor_type, "__ray_actor_class__", None) or actor_type
-    return cls.__name__
-
-
-def test_driver_build_places_every_agent_and_switches_hacpo_on(tmp_path, small_agent, other_agent, toy_data,
-                                                               monkeypatch):  # fmt: skip
-    """driver.build with Ray's placement, vLLM engines and actor groups recorded instead of started (they
-    need GPUs): one shared placement group, every agent's engines and groups on it at the hybrid fractions,
-    each agent's own model and arguments, models initialised, use_hacpo with the run's loss, a controller."""
-    import importlib
-
-    import openrlhf.trainer.ray as ray_pkg
-    import openrlhf.trainer.ray.launcher as launcher
-    import ray
-
-    from hacpo.engines.openrlhf.joint import driver
-
-    class PG(str):
-        def ready(self):
-            return None
-
-    pg_mod = importlib.import_module("ray.util.placement_group")  # `ray.util.placement_group` is the function
-    cfg, spec = _tiny_joint(tmp_path, small_agent, other_agent, toy_data)
-    calls = []
-
-    class Group:
-        def __init__(self, nodes, gpus, actor_type, pg=None, num_gpus_per_actor=1, duplicate_actors=1):
-            calls.append(
-                (
-                    "group",
-                    _class_name(actor_type),
-                    gpus,
-                    pg,
-                    num_gpus_per_actor,
-                )
-            )
-
-        def async_init_model_from_pretrained(self, *args):
-            calls.append(("init", args[1]))
-            return []
-
-        def async_run_method(self, method_name, **kwargs):
-            calls.append((method_name, kwargs))
-            return []
-
-    class Remote:
-        def __init__(self, cls):
-            self.cls = cls
-
-        def remote(self, *args):
-            calls.append(("controller", self.cls.__name__, [p["name"] for p in args[1]]))
-            return "controller-handle"
-
-    monkeypatch.setattr(
-        pg_mod, "placement_group", lambda bundles, strategy: calls.append(("pg", len(bundles))) or PG("pg")
-    )
-    monkeypatch.setattr(ray, "get", lambda x: x)
-    monkeypatch.setattr(ray, "remote", lambda **kw: Remote)
-    monkeypatch.setattr(
-        ray_pkg,
-        "create_vllm_engines",
-        lambda *a, **kw: calls.append(("engines", a[2], a[8], kw)) or ["engine"],
-    )
-    monkeypatch.setattr(launcher, "RayActorGroup", Group)
-    assert driver.build(spec) == "controller-handle"
-    assert [c for c in calls if c[0] == "pg"] == [("pg", 1)]  # one placement group, shared by both agents
-    engines = [c for c in calls if c[0] == "engines"]
-    assert [e[1] for e in engines] == [a.path for a in cfg.agents] and all(e[2] == "pg" for e in engines)
-    assert all(e[3]["remote_rm_url"] for e in engines)
-    groups = [c for c in calls if c[0] == "group"]
-    assert [g[1] for g in groups] == ["HacpoPolicyActor", "ReferenceModelActor"] * 2
-    assert all(g[3] == "pg" and g[4] == 0.15 for g in groups)  # 2 agents: (1 − 0.4) / 4
-    hacpo = [c[1] for c in calls if c[0] == "use_hacpo"]
-    assert len(hacpo) == 2 and hacpo[0]["spec"]["kind"] == "hacpo" and hacpo[0]["order"] == "mixed"
-    assert calls[-1] == ("controller", "HacpoController", ["llama", "qwen"])
-
-
 def test_controller_builds_from_real_openrlhf_pieces(tmp_path, small_agent, other_agent, toy_data):
     """HacpoController's own __init__ on CPU: OpenRLHF's BasePPOTrainer (KL controller, TensorBoard logger),
     get_tokenizer per agent, an OpenRLHFStack per agent (SamplesGenerator, RemoteExperienceMaker) and the
@@ -331,3 +150,89 @@ def test_balanced_chunks_share_own_and_cross_rows_over_ranks():
     assert sorted(r.i for c in chunks for r in c) == list(range(24))
     with pytest.raises(ValueError, match="do not split evenly over 5"):
         balanced_chunks(rows, 5)
+
+
+def test_prompt_ids_from_prompt_texts():
+    from hacpo.engines.openrlhf.joint.controller import assign_prompt_ids
+
+    rows = [SimpleNamespace(prompts=[t]) for t in ["b", "a", "b", "a", "c", "c", "c", "c"]]
+    # "c" appears twice in the batch (pids 2 and 3): its rows are shared out two each, in arrival order
+    assert assign_prompt_ids(rows, ["a", "b", "c", "c"], 2) == [1, 0, 1, 0, 2, 2, 3, 3]
+    with pytest.raises(ValueError, match="fewer than 2 samples"):
+        assign_prompt_ids(rows[:-1], ["a", "b", "c", "c"], 2)
+    with pytest.raises(ValueError, match="not in this step's batch"):
+        assign_prompt_ids(rows + [SimpleNamespace(prompts=["z"])], ["a", "b", "c", "c"], 2)
+    with pytest.raises(ValueError, match="more than 2 samples"):
+        assign_prompt_ids(rows + [SimpleNamespace(prompts=["a"])], ["a", "b", "c", "c"], 2)
+
+
+def test_joint_method_needs_two_agents():
+    from hacpo.algo import get_method
+    from hacpo.engines.openrlhf.joint.controller import JointStep
+
+    with pytest.raises(ValueError, match="at least 2 agents"):
+        JointStep([SimpleNamespace(name="solo")], get_method("hacpo"), 4, max_new_tokens=8, max_len=64)
+
+
+def test_rank_metrics_are_merged_over_every_rank():
+    """A learner's step metrics are means over the rows of every data-parallel rank (rank 0 alone was
+    reported before), the values every rank shares from the first."""
+    from hacpo.engines.openrlhf.joint.stack import merge_rank_statuses
+
+    shared = {"grad_norm": 2.0, "actor_lr": 1e-6, "update": 3.0}
+    ranks = [
+        {"loss": 1.0, "cross_clip_frac": 0.5, **shared, "num_samples": 8},
+        {"loss": 3.0, "cross_clip_frac": 0.0, **shared, "num_samples": 24},
+    ]
+    merged = merge_rank_statuses(ranks)
+    assert merged["loss"] == pytest.approx((1 * 8 + 3 * 24) / 32) and merged["loss"] != ranks[0]["loss"]
+    assert merged["cross_clip_frac"] == pytest.approx(0.5 * 8 / 32)
+    assert (merged["grad_norm"], merged["actor_lr"], merged["update"]) == (2.0, 1e-6, 3.0)
+    assert "num_samples" not in merged
+
+
+class _Executor:
+    """vLLM's own executor sleep/wake state machine (``vllm.v1.executor.abstract.Executor.sleep`` and
+    ``wake_up``, the real methods), with the worker RPCs recorded instead of sent to GPU workers."""
+
+    def __init__(self):
+        self.is_sleeping, self.sleeping_tags, self.rpcs = False, set(), []
+
+    def collective_rpc(self, method, kwargs=None):
+        self.rpcs.append((method, (kwargs or {}).get("tags")))
+
+
+def _run_calls(executor, calls) -> None:
+    from vllm.v1.executor.abstract import Executor
+
+    for call in calls:
+        if call == "broadcast":
+            executor.rpcs.append(("broadcast", None))
+            continue
+        name, kwargs = call
+        if name == "sleep":
+            Executor.sleep(executor)
+        else:  # OpenRLHF's RolloutRayActor.wake_up wakes tag by tag
+            for tag in kwargs.get("tags") or ["weights", "kv_cache"]:
+                Executor.wake_up(executor, tags=[tag])
+
+
+def test_weight_sync_puts_a_sleeping_engine_back_to_sleep():
+    """Agents sharing GPUs: an engine asleep before the sync is asleep after it. Waking only the weights
+    leaves vLLM's executor asleep (the KV cache still sleeps), and ``sleep()`` then does nothing, so the old
+    sequence (wake weights, broadcast, sleep) left every agent's weights on the GPU."""
+    from hacpo.engines.openrlhf.joint.stack import sync_calls
+
+    old = _Executor()
+    Executor_sleep_first = [("sleep", {})]
+    _run_calls(old, Executor_sleep_first + [("wake_up", {"tags": ["weights"]}), "broadcast", ("sleep", {})])
+    assert [m for m, _ in old.rpcs].count("sleep") == 1  # the second sleep never reached the workers
+
+    new = _Executor()
+    _run_calls(new, Executor_sleep_first + sync_calls(sleep_mode=True, sleep_after=True))
+    assert [m for m, _ in new.rpcs] == ["sleep", "wake_up", "broadcast", "wake_up", "sleep"]
+    assert new.is_sleeping and new.sleeping_tags == {"weights", "kv_cache"}
+    assert sync_calls(sleep_mode=False, sleep_after=True) == ["broadcast"]
+    kept = _Executor()  # an agent on GPUs of its own stays awake after the sync
+    _run_calls(kept, Executor_sleep_first + sync_calls(sleep_mode=True, sleep_after=False))
+    assert kept.sleeping_tags == {"kv_cache"}

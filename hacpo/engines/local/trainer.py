@@ -51,9 +51,9 @@ from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
     MetricsLog,
+    Profile,
     RunRecord,
     atomic_dir,
-    atomic_write_json,
     checkpoint_steps,
     read_jsonl,
     run_lock,
@@ -614,21 +614,23 @@ class LocalTrainer:
         if bar:
             bar.close()
         wall = time.perf_counter() - wall0
-        profile = {
-            "wall_s": wall,
-            "steps": cfg.steps - start,
-            "phase_s": self.phase.snapshot(),
-            "generated_tokens": self.gen_tokens,
-            "tokens_per_s": self.gen_tokens / max(self.phase.total["generate"], 1e-9),
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "peak_gpu_mem_mb": self.phase.peak_gpu_mb(),
-            "phase_peak_gpu_mem_mb": dict(self.phase.peak_mb) if self.device.type == "cuda" else None,
-            "precision": cfg.precision,
-            "gpu_total_mb": torch.cuda.get_device_properties(self.device).total_memory / 2**20
+        profile = Profile(
+            engine="local",
+            wall_s=wall,
+            steps=cfg.steps - start,
+            phase_s=self.phase.snapshot(),
+            generated_tokens=self.gen_tokens,
+            tokens_per_s=self.gen_tokens / max(self.phase.total["generate"], 1e-9),
+            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            peak_gpu_mem_mb=self.phase.peak_gpu_mb(),
+            gpu_total_mb=torch.cuda.get_device_properties(self.device).total_memory / 2**20
             if self.device.type == "cuda"
             else None,
-        }
-        atomic_write_json(self.out / "profile.json", profile)
+            details={
+                "phase_peak_gpu_mem_mb": dict(self.phase.peak_mb) if self.device.type == "cuda" else None,
+                "precision": cfg.precision,
+            },
+        ).write(self.out)
         final = {a.name: str(self.out / "checkpoints" / a.name / f"step-{cfg.steps}") for a in self.agents}
         self._write_run_json("complete", cfg.steps, final_checkpoints=final, profile=profile)
         self.scorer.close()

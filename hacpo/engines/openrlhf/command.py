@@ -73,6 +73,10 @@ class Layout:
     def log(self) -> Path:
         return self.root / "train.log"
 
+    @property
+    def rollouts(self) -> Path:  # the reward file's record of each launch's trained samples
+        return self.root / "rollouts.jsonl"
+
     # joint runs (issue 11): one OpenRLHF agent stack per agent, the controller's state beside them
     def agent(self, name: str) -> AgentLayout:
         return AgentLayout(self.root / "agents" / name)
@@ -155,9 +159,9 @@ def build_command(
 
 
 def program(opts: OpenRLHFOptions, python: str = sys.executable) -> list[str]:
-    """``python -m`` for a module of the run: on CPU behind :mod:`hacpo.engines.openrlhf.cpu` (OpenRLHF's CUDA
-    calls mapped there and in every Ray worker), on GPUs nothing in between."""
-    return [python, "-m", "hacpo.engines.openrlhf.cpu"] if opts.cpu else [python, "-m"]
+    """The launcher a run's OpenRLHF program (its module follows) runs behind: :mod:`.launch` (prompts in
+    file order; on CPU, OpenRLHF's CUDA calls mapped in every process)."""
+    return [python, "-m", "hacpo.engines.openrlhf.launch", *(["--cpu"] if opts.cpu else [])]
 
 
 def agent_gpus(cfg: TrainConfig, opts: OpenRLHFOptions) -> list[int]:

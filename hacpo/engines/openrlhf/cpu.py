@@ -1,10 +1,9 @@
 """OpenRLHF 0.11.2 on a machine without CUDA: the rehearsal's adaptation, explicit, small and apart.
 
 OpenRLHF is written for CUDA; a few of its lines call CUDA unconditionally. ``openrlhf: {cpu: true}`` (the
-rehearsal configs) applies :func:`install` in every process of a run — the driver (``python -m
-hacpo.engines.openrlhf.cpu MODULE ARGS…`` runs OpenRLHF's CLI module, or our joint driver, behind it) and
-every Ray worker (Ray's ``worker_process_setup_hook``, :func:`runtime_env`) — and nothing else changes. On
-a GPU this module is never imported. No file of OpenRLHF, vLLM or DeepSpeed is copied or edited: each
+rehearsal configs) applies :func:`install` in every process of a run: the driver and every Ray worker
+(:mod:`.launch` with ``--cpu``: Ray's ``worker_process_setup_hook``). On a GPU this module is never
+imported. No file of OpenRLHF, vLLM or DeepSpeed is copied or edited: each
 mapping wraps one name at its site.
 
 Site → mapping (why):
@@ -41,22 +40,18 @@ from __future__ import annotations
 
 import functools
 import os
-import runpy
 import sys
 import types
 
 CPU_ENV = {
     "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator: gloo, CPU Adam
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per vLLM engine (tiny models)
+    # vLLM pins its OpenMP threads to cores it picks alone (core 0 for every engine here): two jobs, or two
+    # agents' engines, would then share one core while the other idles
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
     "TOKENIZERS_PARALLELISM": "false",
 }
-SETUP_HOOK = "hacpo.engines.openrlhf.cpu.install"
 _installed = False
-
-
-def runtime_env(extra_env: dict | None = None) -> dict:
-    """Ray ``runtime_env`` for a CPU run: every worker process runs :func:`install` before anything else."""
-    return {"env_vars": {**CPU_ENV, **(extra_env or {})}, "worker_process_setup_hook": SETUP_HOOK}
 
 
 def _cpu(device):
@@ -246,45 +241,3 @@ def install() -> None:
 def _set_env() -> None:
     for key, value in CPU_ENV.items():
         os.environ.setdefault(key, value)
-
-
-def _with_runtime_env(ray_init):
-    """``ray.init`` that gives every worker of the job the CPU setup hook and environment."""
-
-    @functools.wraps(ray_init)
-    def init(*args, runtime_env=None, **kwargs):
-        env = dict(runtime_env or {})
-        merged = runtime_env_for_job(env.get("env_vars"))
-        return ray_init(*args, runtime_env={**env, **merged}, **kwargs)
-
-    return init
-
-
-def runtime_env_for_job(env_vars: dict | None) -> dict:
-    """The CPU runtime env merged over a program's own ``env_vars`` (OpenRLHF's, ours)."""
-    return runtime_env({**(env_vars or {}), **_forwarded_env()})
-
-
-def _forwarded_env() -> dict:
-    """Variables of this process that Ray workers need as well (the project on ``PYTHONPATH``)."""
-    return {k: os.environ[k] for k in ("PYTHONPATH", "HACPO_SCORER_WORKERS") if k in os.environ}
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m hacpo.engines.openrlhf.cpu MODULE ARGS…``: MODULE (e.g. ``openrlhf.cli.train_ppo_ray``)
-    run as ``__main__`` with this module installed here and in every Ray worker it starts."""
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print("usage: python -m hacpo.engines.openrlhf.cpu MODULE [ARGS...]", file=sys.stderr)
-        return 2
-    install()
-    import ray
-
-    ray.init = _with_runtime_env(ray.init)
-    sys.argv = [argv[0], *argv[1:]]
-    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,8 +1,12 @@
-"""Peak GPU memory of a multi-process job, from NVML (OpenRLHF's PPO path records none, notes §4).
+"""Peak memory of a multi-process job: GPU from NVML (OpenRLHF's PPO path records none, notes §4), host RSS
+from the process tree (proportional set sizes).
 
 vLLM engines and DeepSpeed actors are separate Ray processes, so ``torch.cuda.max_memory_allocated`` in any
-one of them misses the rest. A thread samples NVML every ``interval_s``: the used memory of each device and of
-each process on it. Tables 7–8 read the per-device peak (``peak_gpu_mem_mb``) against ``gpu_total_mb``.
+one of them misses the rest. A thread samples every ``interval_s``: per device, the memory of *this job's*
+processes (this process and its descendants: the job's own Ray cluster), so that another job on a shared GPU
+is not counted; where NVML names no process of ours (a container whose PIDs NVML does not see), the device's
+used memory, and the summary says so. Host: the summed PSS of the same process tree (``peak_rss_mb``).
+Tables 7–8 read the busiest device's peak (``peak_gpu_mem_mb``) against ``gpu_total_mb``, else RSS.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from __future__ import annotations
 import threading
 
 
-class GpuMemorySampler:
-    """``with GpuMemorySampler() as s: ...`` then ``s.summary()``; without NVML (no driver, CPU machine) the
+class MemorySampler:
+    """``with MemorySampler() as s: ...`` then ``s.summary()``; without NVML (no driver, CPU machine) the
     summary says so and holds no numbers."""
 
     def __init__(self, interval_s: float = 1.0, nvml=None):
@@ -22,9 +26,12 @@ class GpuMemorySampler:
         self.device_peak_mb: dict[int, float] = {}
         self.device_total_mb: dict[int, float] = {}
         self.process_peak_mb: dict[int, float] = {}
+        self.ours_peak_mb: dict[int, float] = {}  # per device: this job's processes only
+        self.peak_rss_mb = 0.0
         self.error: str | None = None
 
-    def __enter__(self) -> GpuMemorySampler:
+    def __enter__(self) -> MemorySampler:
+        self._handles = []
         try:
             if self._nvml is None:
                 import pynvml as nvml  # nvidia-ml-py, an OpenRLHF dependency
@@ -36,7 +43,7 @@ class GpuMemorySampler:
             ]
         except Exception as err:  # noqa: BLE001 -- no NVML: the run goes on, the profile says why
             self.error = f"NVML unavailable: {err}"
-            return self
+            self._nvml = None
         self.sample()
         self._thread = threading.Thread(target=self._loop, name="gpu-memory", daemon=True)
         self._thread.start()
@@ -48,7 +55,8 @@ class GpuMemorySampler:
             self._thread.join()
             self.sample()
             try:
-                self._nvml.nvmlShutdown()
+                if self._nvml is not None:
+                    self._nvml.nvmlShutdown()
             except Exception:  # noqa: BLE001
                 pass
 
@@ -58,26 +66,64 @@ class GpuMemorySampler:
 
     def sample(self) -> None:
         mb = 1 / 2**20
+        tree = job_processes()
+        self.peak_rss_mb = max(self.peak_rss_mb, sum(rss for rss in tree.values()) * mb)
         for i, h in enumerate(self._handles):
             try:
                 info = self._nvml.nvmlDeviceGetMemoryInfo(h)
                 self.device_total_mb[i] = info.total * mb
                 self.device_peak_mb[i] = max(self.device_peak_mb.get(i, 0.0), info.used * mb)
+                ours = 0.0
                 for p in self._nvml.nvmlDeviceGetComputeRunningProcesses(h):
                     used = getattr(p, "usedGpuMemory", None)
-                    if used:
+                    if used and p.pid in tree:
+                        ours += used * mb
                         self.process_peak_mb[p.pid] = max(self.process_peak_mb.get(p.pid, 0.0), used * mb)
+                if ours:
+                    self.ours_peak_mb[i] = max(self.ours_peak_mb.get(i, 0.0), ours)
             except Exception as err:  # noqa: BLE001 -- one failed sample must not end the job
                 self.error = f"NVML sample failed: {err}"
 
-    def summary(self) -> dict:
-        """``peak_gpu_mem_mb`` (the busiest device's peak), ``gpu_total_mb``, per device and per process."""
+    def summary(self) -> tuple[dict, dict]:
+        """(``peak_rss_mb``, ``peak_gpu_mem_mb`` of the busiest device, ``gpu_total_mb``; the per-device and
+        per-process peaks and notes, for :class:`hacpo.runio.Profile`'s ``details``)."""
         if not self.device_peak_mb:
-            return {"peak_gpu_mem_mb": None, "gpu_total_mb": None, "gpu_memory_note": self.error}
-        busiest = max(self.device_peak_mb, key=self.device_peak_mb.get)
-        return {
-            "peak_gpu_mem_mb": self.device_peak_mb[busiest],
-            "gpu_total_mb": self.device_total_mb[busiest],
-            "peak_gpu_mem_mb_per_device": {str(i): v for i, v in sorted(self.device_peak_mb.items())},
+            note = self.error or "no GPU"
+            return {"peak_rss_mb": self.peak_rss_mb, "peak_gpu_mem_mb": None, "gpu_total_mb": None}, {
+                "gpu_memory_note": note
+            }
+        peaks, source = (self.ours_peak_mb, "this job's processes") if self.ours_peak_mb else (
+            self.device_peak_mb,
+            "device used memory (NVML named no process of this job: other jobs on the GPU count too)",
+        )
+        busiest = max(peaks, key=peaks.get)
+        main = {"peak_rss_mb": self.peak_rss_mb, "peak_gpu_mem_mb": peaks[busiest],
+                "gpu_total_mb": self.device_total_mb[busiest]}  # fmt: skip
+        return main, {
+            "gpu_memory_source": source,
+            "peak_gpu_mem_mb_per_device": {str(i): v for i, v in sorted(peaks.items())},
+            "device_used_peak_mb": {str(i): v for i, v in sorted(self.device_peak_mb.items())},
             "peak_gpu_mem_mb_per_process": {str(p): v for p, v in sorted(self.process_peak_mb.items())},
         }
+
+
+def job_processes() -> dict[int, int]:
+    """PID → memory bytes of this process and all its descendants (the job's Ray cluster included): the
+    proportional set size where the OS gives it (shared libraries and shared memory counted once across the
+    processes, not once per process as RSS would), else RSS."""
+    import psutil  # a Ray dependency
+
+    me = psutil.Process()
+    out = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            info = p.memory_full_info()
+            out[p.pid] = getattr(info, "pss", info.rss)
+        except psutil.AccessDenied:
+            try:
+                out[p.pid] = p.memory_info().rss
+            except psutil.Error:
+                continue
+        except psutil.Error:
+            continue
+    return out

@@ -25,6 +25,7 @@ local engine                       OpenRLHF                        meaning
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -116,3 +117,33 @@ def phase_totals(rows: list[dict]) -> dict[str, float]:
             if key.startswith("time/") and key.endswith("_s") and key not in NOT_PHASES:
                 total[key[len("time/") : -len("_s")]] += value
     return dict(total)
+
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_RAY_PREFIX = re.compile(r"^\((?P<actor>[\w.:]+) pid=(?P<pid>\d+)(?:, ip=[\d.]+)?\)\s?")  # Ray's worker lines
+_ERROR = re.compile(r"^(?:[\w.]+(?:Error|Exception|Exit|Interrupt)\b|ray\.exceptions\.)")
+
+
+def failure_report(log: Path, rc: int, resumable_step: int, context_lines: int = 12) -> str:
+    """Why an OpenRLHF program failed, from its log: the last Python error (Ray prefixes each worker's
+    lines with ``(ActorName pid=N)``, which names the failing actor), the lines before it, the log's path,
+    and where the rerun resumes."""
+    raw = Path(log).read_text(errors="replace").splitlines() if Path(log).is_file() else []
+    lines = [_ANSI.sub("", x).strip() for x in raw]
+    error_at = next(
+        (i for i in range(len(lines) - 1, -1, -1) if _ERROR.match(_RAY_PREFIX.sub("", lines[i]))), None
+    )
+    if error_at is None:
+        where, error, excerpt = "the driver", f"exit status {rc}", lines[-context_lines:]
+    else:
+        prefix = _RAY_PREFIX.match(lines[error_at])
+        where = f"Ray actor {prefix['actor']} (pid {prefix['pid']})" if prefix else "the driver"
+        error = _RAY_PREFIX.sub("", lines[error_at])
+        excerpt = lines[max(0, error_at - context_lines) : error_at + 1]
+    body = "\n".join("    " + x for x in excerpt)
+    resume = f"resumes from step {resumable_step}" if resumable_step else "starts from step 0"
+    return (
+        f"OpenRLHF failed in {where}: {error}\n{body}\n"
+        f"full log: {log}; run.json is 'failed' and a rerun {resume} (its checkpoints are kept)"
+    )

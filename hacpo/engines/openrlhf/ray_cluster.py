@@ -105,13 +105,15 @@ def ray_cluster(
     ip, port = node_ip(), free_port()
     job = env.get("SLURM_JOB_ID") or str(os.getpid())
     temp_dir = Path(tempfile.mkdtemp(prefix=f"ray-hacpo-{job}-", dir="/tmp"))  # short: socket paths ≤ 107 B
+    ports = worker_port_block()
+    block = next(ports)  # held (a lock file) until this cluster is stopped
     resources = [f"--num-gpus={num_gpus}"] if num_gpus is not None else []
     resources += [f"--num-cpus={num_cpus}"] if num_cpus is not None else []
     head_cmd = [
         ray, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false",
         f"--node-ip-address={ip}", f"--port={port}", f"--temp-dir={temp_dir}",
         f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-        *resources,
+        f"--min-worker-port={block[0]}", f"--max-worker-port={block[1]}", *resources,
     ]  # fmt: skip
     started: list[subprocess.Popen] = []
     address = f"{ip}:{port}"
@@ -129,6 +131,8 @@ def ray_cluster(
                 "--block",
                 "--disable-usage-stats",
                 f"--address={address}",
+                f"--min-worker-port={block[0]}",
+                f"--max-worker-port={block[1]}",
                 *resources,
             ]
             srun = [
@@ -147,6 +151,32 @@ def ray_cluster(
         _kill_leftovers(temp_dir)
         log.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
+        ports.close()
+
+
+PORT_BLOCKS = (20000, 60000, 400)  # first port, end, ports per cluster: 100 clusters on a node at most
+
+
+def worker_port_block(lock_dir: str = "/tmp") -> Iterator[tuple[int, int]]:
+    """A range of worker ports no other cluster of this node uses (Ray's default, 10002-19999, is the same
+    for every cluster: two jobs sharing a node then fail with "Failed to add any wildcard listeners").
+    Yields ``(min, max)`` once and holds the block's lock file until closed."""
+    import fcntl
+
+    first, end, size = PORT_BLOCKS
+    for start in range(first, end, size):
+        f = open(Path(lock_dir) / f"ray-hacpo-ports-{start}.lock", "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        try:
+            yield start, start + size - 1
+        finally:
+            f.close()  # releases the lock
+        return
+    raise RuntimeError(f"every Ray worker-port block of this node is in use ({first}-{end - 1})")
 
 
 def _wait_for_head(ray: str, address: str, head: subprocess.Popen, timeout_s: float, temp_dir: Path) -> None:

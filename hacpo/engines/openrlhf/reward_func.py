@@ -14,6 +14,10 @@ Three promises, each tested against OpenRLHF's own loader and executor:
   processes (``HACPO_REWARD_WORKERS``, default 2 per rollout actor) that are killed after ``timeout_s``;
 - **total**: OpenRLHF swallows a raising reward function and fails much later in unrelated code, so every
   failure scores 0 and is counted in ``extra_logs["reward_error"]``.
+
+With ``HACPO_ROLLOUT_LOG`` set (the runner sets it), every scored sample appends one line
+``{"prompt": <sha1 of the prompt text, 16 hex>, "reward": r}`` to that file, from every engine: the record
+of which prompts were trained, in the order they were (``runner.check_trained_order``).
 """
 
 from __future__ import annotations
@@ -55,6 +59,29 @@ def response_of(query: str, prompt: str) -> str:
     return _TRAILING_SPECIALS.sub("", text)
 
 
+def prompt_key(prompt: str) -> str:
+    import hashlib
+
+    return hashlib.sha1(prompt.encode()).hexdigest()[:16]
+
+
+def _log_rollouts(prompts, rewards) -> None:
+    path = os.environ.get("HACPO_ROLLOUT_LOG")
+    if not path:
+        return
+    import json
+
+    lines = "".join(
+        json.dumps({"prompt": prompt_key(str(p)), "reward": float(r)}) + "\n"
+        for p, r in zip(prompts, rewards, strict=True)
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # one short write: atomic append
+    try:
+        os.write(fd, lines.encode())
+    finally:
+        os.close(fd)
+
+
 def reward_func(queries, prompts, labels) -> dict:
     """0/1 reward per query; never raises."""
     n = len(queries) if isinstance(queries, (list, tuple)) else 0
@@ -68,6 +95,10 @@ def reward_func(queries, prompts, labels) -> dict:
             raise
         logger.warning("hacpo reward_func failed; scoring 0", exc_info=True)
         error = 1.0
+    try:
+        _log_rollouts(prompts, rewards)
+    except Exception:  # noqa: BLE001 -- the record must never cost a reward
+        logger.warning("hacpo reward_func could not append to HACPO_ROLLOUT_LOG", exc_info=True)
     values = torch.tensor(rewards, dtype=torch.float32)
     return {
         "rewards": values,

@@ -23,6 +23,7 @@ from pathlib import Path
 from hacpo.config import TrainConfig
 from hacpo.runio import (
     MetricsLog,
+    Profile,
     RunRecord,
     atomic_write_json,
     atomic_write_text,
@@ -33,7 +34,7 @@ from hacpo.runio import (
 
 from . import logs
 from .command import Layout, build_command, gpu_fraction, joint_agent_args, program, prompt_order
-from .gpumem import GpuMemorySampler
+from .gpumem import MemorySampler
 from .options import OpenRLHFOptions
 
 OPENRLHF_VERSION = "0.11.2"
@@ -55,6 +56,25 @@ def check_installed() -> None:
         raise ValueError(
             f"openrlhf {found} is installed; this engine is built for exactly {OPENRLHF_VERSION}"
         )
+
+
+def check_context(cfg: TrainConfig, opts: OpenRLHFOptions) -> None:
+    """Prompt + answer must fit every agent's context. vLLM refuses a longer ``max_model_len`` inside its
+    Ray actor, which the driver only notices when the weight-sync group times out (5 minutes later)."""
+    import json
+
+    want = opts.max_prompt_tokens + cfg.max_new_tokens
+    for agent in cfg.agents:
+        config = Path(agent.path) / "config.json"
+        if not config.is_file():
+            continue  # a Hub id: its config is not here to read
+        limit = json.loads(config.read_text()).get("max_position_embeddings")
+        if limit is not None and want > limit:
+            raise ValueError(
+                f"agent {agent.name!r} has {limit} positions, but openrlhf.max_prompt_tokens "
+                f"({opts.max_prompt_tokens}) + max_new_tokens ({cfg.max_new_tokens}) = {want}: lower "
+                "openrlhf.max_prompt_tokens (or max_new_tokens)"
+            )
 
 
 def write_inputs(cfg: TrainConfig, layout: Layout) -> None:
@@ -88,6 +108,34 @@ def _write_prompts(cfg: TrainConfig, model: str, prompts: Path, validation: Path
     if validation is not None and cfg.val_file and cfg.val_size:
         val = read_problems(cfg.val_file)[: cfg.val_size]
         atomic_write_text(validation, "".join(row(p, datasource=logs.VALIDATION_SOURCE) for p in val))
+
+
+def check_trained_order(cfg: TrainConfig, layout: Layout, start: int) -> None:
+    """The prompts OpenRLHF trained (its reward file's record, ``rollouts.jsonl``) are the prompt file's, step
+    by step from ``start`` (this launch's first step): step s's samples are step s's prompts × G."""
+    import json
+    from collections import Counter
+
+    from .reward_func import prompt_key
+
+    per_step = cfg.prompts_per_step
+    samples = cfg.group_size * cfg.resolved_method().rollout_multiplier
+    rows = [json.loads(line) for line in layout.prompts.read_text().splitlines()]
+    keys = [prompt_key(r["prompt"]) for r in rows]
+    steps = [keys[s * per_step : (s + 1) * per_step] for s in range(cfg.steps)]
+    trained = {k for step in steps for k in step}
+    log = [json.loads(line)["prompt"] for line in layout.rollouts.read_text().splitlines() if line.strip()]
+    log = [k for k in log if k in trained]  # validation prompts are not training prompts
+    size = per_step * samples
+    for s in range(start, cfg.steps):
+        got = Counter(log[(s - start) * size : (s - start + 1) * size])
+        want = Counter({k: n * samples for k, n in Counter(steps[s]).items()})
+        if got != want:
+            raise RuntimeError(
+                f"OpenRLHF trained other prompts at step {s} than the run's prompt file lists "
+                f"({sum((got - want).values())} of {size} samples differ; {layout.rollouts} against "
+                f"{layout.prompts})"
+            )
 
 
 def resumable_step(layout: Layout) -> int:
@@ -223,6 +271,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
     (default: a subprocess inside this job's own Ray cluster)."""
     cfg.check_paths()
     opts.check_environment()
+    check_context(cfg, opts)
     if launcher is None:
         check_installed()
     layout = Layout(Path(cfg.out_dir))
@@ -243,33 +292,47 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         if joint:
             write_joint_spec(cfg, opts, layout)
         collect_checkpoints(cfg, layout, final=False)
-        _record(cfg, "running", resumable(layout), argv).write(cfg.out_dir)
+        start = resumable(layout)
+        _record(cfg, "running", start, argv).write(cfg.out_dir)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        if not joint:  # which prompts OpenRLHF trains, as its reward file sees them (check_trained_order)
+            atomic_write_text(layout.rollouts, "")
+            env["HACPO_ROLLOUT_LOG"] = str(layout.rollouts.resolve())
         on_tick = (lambda: None) if joint else (lambda: sync_logs(cfg, layout))  # joint: written live
         t0 = time.perf_counter()
-        with GpuMemorySampler() as memory:
+        with MemorySampler() as memory:
             rc = _run(argv, env, layout, opts, launcher, on_tick)
         wall = time.perf_counter() - t0
         rows = MetricsLog(Path(cfg.out_dir) / "metrics.jsonl").read() if joint else sync_logs(cfg, layout)
         checkpoints = collect_checkpoints(cfg, layout, final=rc == 0)
-        if rc != 0:
-            _record(cfg, "running", resumable(layout), argv).write(cfg.out_dir)
-            raise RuntimeError(f"OpenRLHF exited with status {rc}; its log: {layout.log}")
+        if rc != 0:  # resumable from its checkpoints: the rerun continues from `step`
+            _record(cfg, "failed", resumable(layout), argv).write(cfg.out_dir)
+            raise RuntimeError(logs.failure_report(layout.log, rc, resumable(layout)))
         done = [r["step"] for r in rows]
+        if not joint and launcher is None:
+            check_trained_order(cfg, layout, start)
         if cfg.steps not in checkpoints or sorted(set(done)) != list(range(cfg.steps)):
             raise RuntimeError(
                 f"OpenRLHF finished but the run is incomplete (steps logged: {len(set(done))} of "
                 f"{cfg.steps}, final checkpoint of every agent: {cfg.steps in checkpoints}); its log: "
                 f"{layout.log}"
             )
-        profile = {
-            "engine": "openrlhf",
-            "wall_s": wall,
-            "steps": cfg.steps,
-            "phase_s": logs.phase_totals(rows),
-            **memory.summary(),
-        }
-        atomic_write_json(Path(cfg.out_dir) / "profile.json", profile)
+        host_gpu, details = memory.summary()
+        samples = cfg.prompts_per_step * cfg.group_size * cfg.resolved_method().rollout_multiplier
+        generated = sum(
+            r.get(f"{a.name}/response_tokens", 0.0) * samples for r in rows for a in cfg.agents
+        )  # every agent samples the step's prompts
+        phases = logs.phase_totals(rows)
+        profile = Profile(
+            engine="openrlhf",
+            wall_s=wall,
+            steps=cfg.steps,
+            phase_s=phases,
+            generated_tokens=generated,
+            tokens_per_s=generated / max(phases.get("generate", 0.0), 1e-9),
+            **host_gpu,
+            details={**details, "cpu_rehearsal": opts.cpu},
+        ).write(cfg.out_dir)
         ckpt = Path(cfg.out_dir) / "checkpoints"
         final = {a.name: str(ckpt / a.name / f"step-{cfg.steps}") for a in cfg.agents}
         _record(cfg, "complete", cfg.steps, argv, final_checkpoints=final, profile=profile).write(cfg.out_dir)

@@ -45,17 +45,17 @@ class HacpoActorTrainer(ActorPPOTrainer):
             raise ValueError(
                 "HACPO on OpenRLHF needs fixed micro-batches: turn off train.dynamic_batch_enable"
             )
-        self.spec, self.order, self.seed, self.fits = spec, order, seed, 0
+        self.spec, self.order, self.seed, self.step = spec, order, seed, 0
 
     # ------------------------------------------------------------------------------------ order
     def row_order(self, items: list) -> list[int]:
         """Self-first: own rows, then cross rows (each in buffer order); mixed: a permutation seeded by
-        (seed, fit count), so a resumed run draws the same one."""
+        (seed, the run's step), so a resumed run draws the same one as an uninterrupted run."""
         if self.order == "self_first":
             own = [bool(float(it.info[IS_SELF])) for it in items]
             return [i for i in range(len(items)) if own[i]] + [i for i in range(len(items)) if not own[i]]
         order = list(range(len(items)))
-        random.Random(self.seed * 1_000_003 + self.fits).shuffle(order)
+        random.Random(self.seed * 1_000_003 + self.step).shuffle(order)
         return order
 
     def steps(self) -> list[tuple[list, int]]:
@@ -97,9 +97,9 @@ class HacpoActorTrainer(ActorPPOTrainer):
                     totals[key] = totals.get(key, 0.0) + value * n
                     weight[key] = weight.get(key, 0.0) + n
                 last.update(status["last"])
-        self.fits += 1
         out = {key: totals[key] / weight[key] for key in totals}
         out.update(last)
+        out["num_samples"] = max(weight.values(), default=0.0)  # rows this rank trained on (all epochs)
         return out
 
     def _dp(self):
@@ -158,6 +158,12 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
     def use_hacpo(self, spec: dict, order: str = "mixed", seed: int = 0) -> None:
         self.trainer.__class__ = HacpoActorTrainer
         self.trainer.configure(LossSpec(**spec), order, seed)
+
+    def fit_step(self, step: int) -> dict:
+        """OpenRLHF's ``fit`` for the run's ``step`` (the mini-batch order's seed: a resumed run, whose
+        actors are new processes, draws the order an uninterrupted run draws)."""
+        self.trainer.step = step
+        return self.fit()
 
 
 def policy_actor_class(num_gpus: float = 1):

@@ -47,16 +47,17 @@ class AgentStack(Protocol):
     name: str
     tokenizer: object
 
-    def generate(self, prompts: list[str], labels: list[str], n: int) -> list:
+    def generate(self, prompts: list[str], labels: list[str], n: int, seed: int | None = None) -> list:
         """``n`` samples per prompt text as single-row ``Experience``s with reward and ``prompts`` set
-        (any order: rows are matched to prompts by their text)."""
+        (any order: rows are matched to prompts by their text); ``seed`` fixes the samples."""
 
     def score(self, rows: list) -> list:
         """The same rows with ``action_log_probs`` (this agent's pre-update policy) and, for the KL,
         ``base_action_log_probs`` (its reference), as OpenRLHF's ``make_experience`` attaches them."""
 
-    def train(self, rows: list) -> dict:
-        """One learner's updates on its rows (own + cross); returns the step's loss metrics."""
+    def train(self, rows: list, step: int) -> dict:
+        """One learner's updates on its rows (own + cross) at the run's ``step`` (which seeds the
+        mini-batch order); returns the step's loss metrics over every data-parallel rank."""
 
     def sync(self) -> None:
         """Send the updated weights to the agent's generation engines."""
@@ -111,6 +112,7 @@ class JointStep:
     cross_eos: str = "strip"
     capability_window: int = 5
     omega_warmup_steps: int = 0
+    seed: int = 0  # the run's seed: with the step and the agent, each step's rollout seeds
     phase: Phases = field(default_factory=Phases)
     tracker: CapabilityTracker = None
 
@@ -128,10 +130,10 @@ class JointStep:
         n_agents, g = len(self.stacks), self.group_size * self.method.rollout_multiplier
         labels = [p.answer for p in problems]
         own = []
-        for stack in self.stacks:
+        for k, stack in enumerate(self.stacks):
             texts = [prompt_text(stack.tokenizer, p, self.prompt_style) for p in problems]
             with self.phase("generate"):
-                rows = stack.generate(texts, labels, g)
+                rows = stack.generate(texts, labels, g, seed=rollout_seed(self.seed, step, k))
             own.append((rows, assign_prompt_ids(rows, texts, g)))
         rewards = [torch.stack([r.rewards.reshape(()).float() for r in rows]) for rows, _ in own]
         p_hat = self.tracker.update(rewards)
@@ -153,7 +155,7 @@ class JointStep:
             row["omega"] = omegas.tolist()
         for k, stack in enumerate(self.stacks):
             with self.phase("update"):
-                status = stack.train(buffers[k])
+                status = stack.train(buffers[k], step)
             row.update({f"{stack.name}/{key}": float(v) for key, v in status.items()})
         with self.phase("sync"):
             for stack in self.stacks:
@@ -181,6 +183,11 @@ class JointStep:
         return rows
 
 
+def rollout_seed(seed: int, step: int, agent: int) -> int:
+    """The base sampling seed of one agent's rollouts at one step (vLLM seeds are 64-bit)."""
+    return (seed * 1_000_003 + step * 1_009 + agent) * 1_000_000 % 2**62
+
+
 class JointLoop:
     """A joint run's steps around :class:`JointStep`: the local engine's prompt batches, validation before
     training, every ``val_every`` steps and at the end, checkpoints every ``checkpoint_every`` steps with the
@@ -199,7 +206,7 @@ class JointLoop:
             stacks, cfg.resolved_method(), group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
             max_len=cfg.openrlhf.max_prompt_tokens + cfg.max_new_tokens if cfg.openrlhf else 10**9,
             prompt_style=cfg.prompt_style, cross_eos=cfg.cross_eos, capability_window=cfg.capability_window,
-            omega_warmup_steps=cfg.omega_warmup_steps,
+            omega_warmup_steps=cfg.omega_warmup_steps, seed=cfg.seed,
         )  # fmt: skip
         out = Path(cfg.out_dir)
         self.metrics = MetricsLog(out / "metrics.jsonl")

@@ -46,6 +46,41 @@ def balanced_chunks(rows: list, ranks: int) -> list[list]:
     return chunks
 
 
+def sync_calls(sleep_mode: bool, sleep_after: bool) -> list:
+    """The engine calls around a weight broadcast. vLLM's executor stays *asleep* while any tag sleeps
+    (``Executor.wake_up``), and ``sleep()`` on a sleeping executor does nothing: waking only the weights to
+    receive them and calling ``sleep()`` after would leave the weights on the GPU. So the KV cache is woken
+    too before the engine is put back to sleep (agents sharing GPUs keep only the working agent awake)."""
+    if not sleep_mode:
+        return ["broadcast"]
+    calls = [("wake_up", {"tags": ["weights"]}), "broadcast"]
+    if sleep_after:
+        calls += [("wake_up", {"tags": ["kv_cache"]}), ("sleep", {})]
+    return calls
+
+
+# Step values every rank reports alike (DeepSpeed's global gradient norm, the lr, the last update index m).
+SHARED_KEYS = ("actor_lr", "grad_norm", "update")
+
+
+def merge_rank_statuses(statuses: list[dict]) -> dict:
+    """One learner's step metrics from every data-parallel rank's ``fit``: each metric a mean over the
+    ranks weighted by the rows each trained on (the local engine's mean over all rows); the shared values
+    (:data:`SHARED_KEYS`) from the first rank."""
+    weights = [float(s.get("num_samples", 0.0)) for s in statuses]
+    total = sum(weights) or 1.0
+    out: dict = {}
+    for key in dict.fromkeys(k for s in statuses for k in s):
+        if key == "num_samples":
+            continue
+        if key in SHARED_KEYS:
+            out[key] = statuses[0][key]
+            continue
+        pairs = [(s[key], w) for s, w in zip(statuses, weights, strict=True) if key in s]
+        out[key] = sum(v * w for v, w in pairs) / (sum(w for _, w in pairs) or total)
+    return out
+
+
 @dataclass
 class OpenRLHFStack:
     name: str
@@ -66,28 +101,54 @@ class OpenRLHFStack:
         )
 
     def generate(
-        self, prompts: list[str], labels: list[str], n: int, temperature: float | None = None
+        self,
+        prompts: list[str],
+        labels: list[str],
+        n: int,
+        temperature: float | None = None,
+        seed: int | None = None,
     ) -> list:
+        """``n`` samples per prompt as single-row Experiences (OpenRLHF's own executor, reward file and
+        ``_process_response_into_experience``). Each sample is its own request: with ``seed``, request
+        (i, j) samples with seed ``seed + i·n + j``, so a resumed run, whose engines are new, draws the
+        samples an uninterrupted run draws (OpenRLHF's generator seeds nothing per request, and its ``n``
+        requests of a prompt would share one seed). ``min_tokens`` 0: the policy as it is, EOS first
+        included (OpenRLHF's default of 1 masks it, which the actor's log-probs do not)."""
+        from vllm import SamplingParams
+
         args = self.args
-        batch = iter([(None, list(prompts), list(labels), [None] * len(prompts))])
         temperature = args.rollout.temperature if temperature is None else temperature
+        greedy = temperature == 0
+        engines = self.vllm_engines
         if args.vllm.enable_sleep:
-            batch_vllm_engine_call(self.vllm_engines, "wake_up")
+            batch_vllm_engine_call(engines, "wake_up")
         try:
-            rows, _, _ = self.generator._generate_vllm(
-                dataloader_iter=batch,
-                num_prompts=len(prompts),
-                dynamic_filtering=False,
-                n_samples_per_prompt=n,
-                max_new_tokens=args.rollout.max_new_tokens,
-                max_len=args.data.max_len,
-                temperature=temperature,
-                top_p=args.rollout.top_p if temperature > 0 else 1.0,
-            )
+            refs = []
+            for i, (prompt, label) in enumerate(zip(prompts, labels, strict=True)):
+                for j in range(1 if greedy else n):
+                    params = SamplingParams(
+                        temperature=temperature,
+                        top_p=1.0 if greedy else args.rollout.top_p,
+                        max_tokens=args.rollout.max_new_tokens,
+                        min_tokens=0,
+                        skip_special_tokens=False,
+                        seed=None if seed is None or greedy else seed + i * n + j,
+                    )
+                    engine = engines[(i * n + j) % len(engines)]
+                    refs.append(
+                        engine.generate_responses.remote(
+                            prompt=prompt, label=label, sampling_params=params,
+                            max_length=args.data.max_len, hf_tokenizer=self.tokenizer,
+                            num_samples=n if greedy else 1,
+                        )
+                    )  # fmt: skip
+            responses = [r for batch in ray.get(refs) for r in batch]
         finally:
             if args.vllm.enable_sleep:
-                batch_vllm_engine_call(self.vllm_engines, "sleep")
-        return rows
+                batch_vllm_engine_call(engines, "sleep")
+        return [
+            self.generator._process_response_into_experience(r, max_len=args.data.max_len) for r in responses
+        ]
 
     def evaluate(self, prompts: list[str], labels: list[str]) -> list[float]:
         """Greedy (temperature 0) pass@1 reward per prompt, scored by our reward file in the engines."""
@@ -106,7 +167,7 @@ class OpenRLHFStack:
             out += remove_padding_in_sequences(split_experience_batch(batch))
         return out
 
-    def train(self, rows: list) -> dict:
+    def train(self, rows: list, step: int) -> dict:
         group = self.actor_group
         ranks = len(group._actor_handlers) // group.duplicate_actors
         chunks = balanced_chunks(batchable(rows), ranks)
@@ -116,18 +177,19 @@ class OpenRLHFStack:
         if sleep:
             ray.get(group.async_run_method(method_name="reload_states"))
         try:
-            status = ray.get(group.async_run_method(method_name="fit"))[0]
+            statuses = ray.get(group.async_run_method(method_name="fit_step", step=step))
         finally:
             if sleep:
                 ray.get(group.async_run_method(method_name="offload_states"))
-        return status
+        return merge_rank_statuses(statuses[:: group.duplicate_actors])
 
     def sync(self) -> None:
-        if self.args.vllm.enable_sleep:
-            batch_vllm_engine_call(self.vllm_engines, "wake_up", tags=["weights"])
-        ray.get(self.actor_group.async_run_method(method_name="broadcast_to_vllm"))
-        if self.args.vllm.enable_sleep and self.sleep_after_sync:
-            batch_vllm_engine_call(self.vllm_engines, "sleep")
+        for call in sync_calls(self.args.vllm.enable_sleep, self.sleep_after_sync):
+            if call == "broadcast":
+                ray.get(self.actor_group.async_run_method(method_name="broadcast_to_vllm"))
+            else:
+                name, kwargs = call
+                batch_vllm_engine_call(self.vllm_engines, name, **kwargs)
 
     def save_checkpoint(self, step: int) -> None:
         """DeepSpeed states (resume) and a Hugging Face copy (``global_step<N>_hf``) of this agent."""

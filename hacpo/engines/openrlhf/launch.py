@@ -1,0 +1,103 @@
+"""``python -m hacpo.engines.openrlhf.launch [--cpu] MODULE ARGS…``: an OpenRLHF program of a run.
+
+MODULE (OpenRLHF's ``openrlhf.cli.train_ppo_ray``, or HACPO's joint driver) runs as ``__main__``, unchanged,
+with the project's hooks in its own process and in every Ray worker it starts (Ray's
+``worker_process_setup_hook``, added to the program's own ``ray.init`` runtime env):
+
+- **prompts in the order of the run's prompt file** (:func:`prompts_in_file_order`): OpenRLHF shuffles its
+  prompt dataloader with an unseeded generator inside its trainer actor, so the order trained would be
+  neither the local engine's step batches, which the prompt file lays out, nor reproducible from the seed;
+- with ``--cpu``, :func:`hacpo.engines.openrlhf.cpu.install` (OpenRLHF's CUDA calls mapped; the rehearsal).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import runpy
+import sys
+
+CPU_FLAG_ENV = "HACPO_OPENRLHF_CPU"  # "1" in every process of a CPU rehearsal run
+SETUP_HOOK = "hacpo.engines.openrlhf.launch.setup_process"
+# The driver's variables its Ray workers need: the project where it is not installed, the reward file's knobs
+FORWARDED_ENV = ("PYTHONPATH", "HACPO_ROLLOUT_LOG", "HACPO_REWARD_WORKERS", "HACPO_REWARD_TIMEOUT_S")
+
+
+def prompts_in_file_order() -> None:
+    """OpenRLHF's ``prepare_datasets`` with its prompt dataloader unshuffled (its only shuffled loader)."""
+    from openrlhf.trainer import ppo_trainer
+
+    original = ppo_trainer.prepare_datasets
+    if getattr(original, "_hacpo", False):
+        return
+
+    @functools.wraps(original)
+    def prepare_datasets(strategy, tokenizer):
+        setup = strategy.setup_dataloader
+        signature = inspect.signature(setup)
+
+        def unshuffled(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.arguments["shuffle"] = False
+            return setup(*bound.args, **bound.kwargs)
+
+        strategy.setup_dataloader = unshuffled  # this call only: the instance attribute is removed after
+        try:
+            return original(strategy, tokenizer)
+        finally:
+            del strategy.setup_dataloader
+
+    prepare_datasets._hacpo = True
+    ppo_trainer.prepare_datasets = prepare_datasets
+
+
+def setup_process() -> None:
+    """Every process of the run (the driver, and each Ray worker through the setup hook)."""
+    if os.environ.get(CPU_FLAG_ENV) == "1":
+        from .cpu import install
+
+        install()
+    prompts_in_file_order()
+
+
+def job_runtime_env(own: dict | None, cpu: bool) -> dict:
+    """A program's own ``ray.init`` runtime env plus the setup hook and, on CPU, the CPU environment."""
+    env = dict(own or {})
+    env_vars = dict(env.get("env_vars") or {})
+    if cpu:
+        from .cpu import CPU_ENV
+
+        env_vars.update({**CPU_ENV, CPU_FLAG_ENV: "1"})
+    for key in FORWARDED_ENV:
+        if key in os.environ:
+            env_vars.setdefault(key, os.environ[key])
+    return {**env, "env_vars": env_vars, "worker_process_setup_hook": SETUP_HOOK}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    cpu = bool(argv) and argv[0] == "--cpu"
+    argv = argv[1:] if cpu else argv
+    if not argv:
+        print("usage: python -m hacpo.engines.openrlhf.launch [--cpu] MODULE [ARGS...]", file=sys.stderr)
+        return 2
+    if cpu:
+        os.environ[CPU_FLAG_ENV] = "1"
+    setup_process()
+    import ray
+
+    ray_init = ray.init
+
+    @functools.wraps(ray_init)
+    def init(*args, runtime_env=None, **kwargs):
+        return ray_init(*args, runtime_env=job_runtime_env(runtime_env, cpu), **kwargs)
+
+    ray.init = init
+    sys.argv = list(argv)
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

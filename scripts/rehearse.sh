@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Rehearse the paper's workflow on the real stack before booking GPUs: `engine: openrlhf` on this machine's
+# CPUs (OpenRLHF 0.11.2's train_ppo_ray and HACPO's joint driver, vLLM, DeepSpeed, Ray; tiny warmed agents).
+#   bash scripts/rehearse.sh                                        # config/rehearsal.yaml: the paper's DAG shape
+#   bash scripts/rehearse.sh --configfile config/rehearsal-ci.yaml  # CI size: every rule and table kind once
+# Other arguments go to snakemake (targets, -n, --cores N, ...). Results: results/rehearsal/<config>/results/
+# (its own Snakemake directory, apart from the toy workflow's results/). Needs .venv-rehearsal.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ ! -x .venv-rehearsal/bin/snakemake ]; then
+  echo "rehearse: .venv-rehearsal is missing; make it first (about 4 minutes, CPU builds only):" >&2
+  echo "  bash scripts/setup_rehearsal.sh" >&2
+  exit 2
+fi
+config=config/rehearsal.yaml
+args=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --configfile) config=$2; shift 2 ;;
+    --configfile=*) config=${1#*=}; shift ;;
+    *) args+=("$1"); shift ;;
+  esac
+done
+[ -f "$config" ] || { echo "rehearse: no config file $config" >&2; exit 2; }
+workdir=results/rehearsal/$(basename "$config" .yaml)
+mkdir -p "$workdir"
+export PATH="$PWD/.venv-rehearsal/bin:$PATH"
+# Two jobs at a time: a job is mostly start-up (Ray, vLLM, DeepSpeed), so the two cores overlap them.
+exec snakemake --snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2 "${args[@]}"

