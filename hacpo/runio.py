@@ -195,12 +195,7 @@ class RunRecord:
         path = Path(run_dir) / cls.FILE
         if not path.is_file():
             return None
-        data = _json_object(path.read_text(), str(path))
-        known = {f.name for f in fields(cls)}
-        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
-        missing = sorted(required - data.keys())
-        if missing:
-            raise ValueError(f"{path}: not a run record (missing {missing}); was it written by hacpo?")
+        data, known = _record_fields(cls, path, "not a run record ({}); was it written by hacpo?")
         return cls(
             **{k: v for k, v in data.items() if k in known and k != "details"},
             details={**data.get("details", {}), **{k: v for k, v in data.items() if k not in known}},
@@ -264,13 +259,19 @@ class Profile:
     @classmethod
     def read(cls, run_dir: str | Path) -> Profile:
         path = Path(run_dir) / cls.FILE
-        data = _json_object(path.read_text(), str(path))
-        known = {f.name for f in fields(cls)}
-        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
-        missing = sorted(required - data.keys())
-        if missing:
-            raise ValueError(f"{path}: not a hacpo profile (missing {missing}); rerun the training job")
+        data, known = _record_fields(cls, path, "not a hacpo profile ({}); rerun the training job")
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def _record_fields(cls, path: Path, problem: str) -> tuple[dict, set[str]]:
+    """A dataclass record's JSON object from ``path`` and the class's field names; a file lacking a
+    required field is refused with ``problem`` (``{}``: the missing fields) after its path."""
+    data = _json_object(path.read_text(), str(path))
+    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    missing = sorted(required - data.keys())
+    if missing:
+        raise ValueError(f"{path}: " + problem.format(f"missing {missing}"))
+    return data, {f.name for f in fields(cls)}
 
 
 class MetricsLog:

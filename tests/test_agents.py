@@ -238,6 +238,32 @@ def test_cross_eos_modes_and_identical_tokenizers(toks):
         response_text(char, rows[0], "drop")
 
 
+def test_every_stop_id_of_the_model_ends_a_response(toks, tmp_path):
+    """vLLM stops at each id of ``generation_config.eos_token_id`` (Qwen3: ``<|im_end|>`` and
+    ``<|endoftext|>``), not only at the tokenizer's EOS: a response that ends in another stop id loses it
+    from the exchanged text and from the source's mean, as the tokenizer's EOS is lost."""
+    import json
+
+    from hacpo.agents.retokenize import stop_token_ids
+
+    char, word = toks["char"], toks["word"]
+    other = char.convert_tokens_to_ids("<unk>")  # a second stop id of this "model"
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [char.eos_token_id, other]}))
+    stops = stop_token_ids(char, tmp_path)
+    assert stops == {char.eos_token_id, other}
+    assert stop_token_ids(char, tmp_path / "none") == {char.eos_token_id}
+    ids = char("\\boxed{46}", add_special_tokens=False)["input_ids"]
+    row = ids + [other, char.pad_token_id, char.pad_token_id]
+    assert response_text(char, row, stops=stops) == "\\boxed{46}"
+    assert "<unk>" in response_text(char, row)  # the tokenizer's EOS alone misses it
+    assert source_token_count(row, stops, "strip") == len(ids)
+    crossed = cross_tokens(char, word, [row], max_len=64, source_stops=stops)
+    assert crossed.texts == ["\\boxed{46}"] and crossed.source_len == [len(ids)]
+    twin = build_tokenizer("char")
+    same = cross_tokens(char, twin, [row], max_len=64, source_stops=stops)
+    assert same.reused and same.ids == [ids + [other]]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Warm-up
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from hacpo.config import TrainConfig
-from hacpo.engines.openrlhf.command import Layout, build_command, prompt_order, reward_file
+from hacpo.engines.openrlhf.command import Layout, build_command, module_and_args, prompt_order, reward_file
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.pipeline import Pipeline
 
@@ -31,8 +31,10 @@ def paper_run(method: str, model: str = "qwen3_1p7b_base", **over) -> TrainConfi
 
 
 def flags(argv: list[str]) -> dict[str, list[str]]:
+    """A run command's OpenRLHF flags (after its launcher and module), or a bare argument list's."""
+    args = module_and_args(argv)[1] if argv[1:2] == ["-m"] else argv
     out, key = {}, None
-    for a in argv[3:]:
+    for a in args:
         if a.startswith("--"):
             key = a[2:]
             out[key] = []
@@ -60,12 +62,19 @@ def test_paper_gspo_command_carries_every_setting_of_the_spec(tmp_path):
     )
     assert f["data.max_len"] == ["5120"] and f["rollout.max_new_tokens"] == ["4096"]  # 1,024 + 4,096
     assert f["rollout.temperature"] == ["1.0"] and f["rollout.top_p"] == ["1.0"]
-    assert f["data.max_samples"] == [str(58 * 128)]  # exactly 58 steps in one episode
+    assert f["data.max_samples"] == [str(58 * 128)]  # ≥ the 58 × 128 rows of the prompt file and val_size
     assert f["actor.num_gpus_per_node"] == ["8"] and f["vllm.num_engines"] == ["8"]
     assert {"train.colocate_all", "vllm.enable_sleep", "ds.enable_sleep", "ckpt.load_enable"} <= f.keys()
     assert f["reward.remote_url"] == [str(reward_file())] and reward_file().is_file()
     assert f["data.prompt_dataset"] == [str(tmp_path.resolve() / "openrlhf" / "prompts.jsonl")]
     assert f["eval.temperature"] == ["0.0"] and f["eval.steps"] == ["3"]  # greedy validation every 3 steps
+
+
+def test_openrlhf_validates_on_every_validation_problem():
+    """OpenRLHF truncates its eval dataset to data.max_samples too: a short run (2 steps × 128 prompts)
+    still validates on all 500 MATH-500 problems, and trains exactly the prompt file's 256 rows."""
+    f = argv_of(paper_run("gspo", steps=2))
+    assert f["data.max_samples"] == ["500"]
 
 
 def test_grpo_and_the_gspo_variants_follow_the_method_record():
@@ -93,10 +102,9 @@ def test_joint_runs_get_one_openrlhf_stack_per_agent(tmp_path):
 
     cfg = joint_run("q1p7b_q4b")
     layout = Layout(tmp_path)
-    assert joint_command(cfg, cfg.openrlhf, layout)[1:3] == ["-m", "hacpo.engines.openrlhf.joint.driver"]
-    per_agent = [
-        flags(["python", "-m", "x", *joint_agent_args(cfg, cfg.openrlhf, layout, k)]) for k in range(2)
-    ]
+    driver = module_and_args(joint_command(cfg, cfg.openrlhf, layout))[0]
+    assert driver == "hacpo.engines.openrlhf.joint.driver"
+    per_agent = [flags(joint_agent_args(cfg, cfg.openrlhf, layout, k)) for k in range(2)]
     for agent, f in zip(cfg.agents, per_agent, strict=True):
         assert f["actor.model_name_or_path"] == [agent.path]  # not downloaded here: kept as given
         assert f["data.prompt_dataset"] == [
@@ -126,7 +134,7 @@ def test_joint_gpu_split_and_hybrid_placement(tmp_path):
     cfg = joint_run("q1p7b_q4b", paper=paper)
     assert cfg.openrlhf.agent_gpus == [4, 8] and cfg.openrlhf.gpus_per_node == 12
     gpus = [
-        flags(["p", "-m", "x", *joint_agent_args(cfg, cfg.openrlhf, Layout(tmp_path), k)]) for k in range(2)
+        flags(joint_agent_args(cfg, cfg.openrlhf, Layout(tmp_path), k)) for k in range(2)
     ]
     assert [g["actor.num_gpus_per_node"] for g in gpus] == [["4"], ["8"]]
     assert [g["vllm.num_engines"] for g in gpus] == [["4"], ["8"]]
@@ -284,8 +292,9 @@ def test_gpu_smoke_scripts_build_valid_commands(tmp_path):
     single = gpu_smoke.smoke_run(tmp_path, "gspo", ["m0"], 2, 16, 1, micro_train_batch_size=4)
     joint = gpu_smoke.smoke_run(tmp_path, "hacpo", names, 3, 48, 1, micro_train_batch_size=4)
     cfg = load_train_config(single)
-    assert build_command(cfg, cfg.openrlhf, Layout(tmp_path))[1:3] == ["-m", "openrlhf.cli.train_ppo_ray"]
+    module, _ = module_and_args(build_command(cfg, cfg.openrlhf, Layout(tmp_path)))
+    assert module == "openrlhf.cli.train_ppo_ray"
     cfg = load_train_config(joint)
     driver = joint_command(cfg, cfg.openrlhf, Layout(tmp_path))
-    assert driver[1:3] == ["-m", "hacpo.engines.openrlhf.joint.driver"]
+    assert module_and_args(driver)[0] == "hacpo.engines.openrlhf.joint.driver"
     assert all(joint_agent_args(cfg, cfg.openrlhf, Layout(tmp_path), k) for k in range(3))

@@ -134,7 +134,7 @@ def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(
         cmd = shlex.split(job[job.index("Shell command: ") + 15 :].splitlines()[0])
         cfg = load_train_config(cmd[2])
         argv = build_command(cfg, cfg.openrlhf, Layout(tmp_path / cfg.out_dir))
-        assert argv[1:3] == ["-m", "openrlhf.cli.train_ppo_ray"]
+        assert argv[1:4] == ["-m", "hacpo.engines.openrlhf.launch", "openrlhf.cli.train_ppo_ray"]
         assert argv[argv.index("--actor.num_gpus_per_node") + 1] == "8"
     joints = [j for j in trains if "kind=joint" in j]
     assert len(joints) == 27
@@ -143,7 +143,7 @@ def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(
         cfg = load_train_config(cmd[2])
         assert cfg.resolved_method().joint and len(cfg.agents) == 2
         layout = Layout(tmp_path / cfg.out_dir)
-        assert joint_command(cfg, cfg.openrlhf, layout)[1:3] == ["-m", "hacpo.engines.openrlhf.joint.driver"]
+        assert joint_command(cfg, cfg.openrlhf, layout)[3] == "hacpo.engines.openrlhf.joint.driver"
         for k in range(len(cfg.agents)):
             args = joint_agent_args(cfg, cfg.openrlhf, layout, k)
             assert args[args.index("--actor.num_gpus_per_node") + 1] == "8"  # both agents on all 8 (shared)
@@ -170,6 +170,28 @@ def test_one_gpu_dag_needs_the_downloaded_models_and_asks_one_gpu_per_job(tmp_pa
     gpu_jobs = [j for j in jobs if j.startswith(("train:", "evaluate:"))]
     assert len(gpu_jobs) == 18 and all("gpu=1" in j for j in gpu_jobs)  # 8 runs, 10 evaluations
     assert all("--engine local" in j for j in gpu_jobs)
+
+
+def test_rehearsal_dags_have_the_papers_shape_on_cpu(tmp_path):
+    """config/rehearsal.yaml (CI runs its twin, config/rehearsal-ci.yaml, for real): every method of Tables
+    1–3 and the ablations, two pairs and a 3-agent run, all with engine: openrlhf behind the CPU launcher."""
+    full = job_counts(ROOT / "config" / "rehearsal.yaml", tmp_path / "full")
+    assert (full["train"], full["evaluate"], full["table"], full["figure"]) == (27, 35, 10, 2)
+    ci = job_counts(ROOT / "config" / "rehearsal-ci.yaml", tmp_path / "ci")
+    assert (ci["train"], ci["evaluate"], ci["table"], ci["figure"]) == (4, 8, 7, 1)
+    out = run([*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "rehearsal-ci.yaml"),
+               "--directory", str(tmp_path / "ci")]).stdout  # fmt: skip
+    assert out.count("--engine openrlhf") == 4 and out.count("--engine vllm") == 8
+    assert out.count('"cpu":true') >= 12  # every training run and evaluation on the CPU stack
+
+
+def test_rehearsal_without_its_venv_says_how_to_make_it(tmp_path):
+    import shutil
+
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "rehearse.sh", tmp_path / "scripts" / "rehearse.sh")
+    out = run(["bash", str(tmp_path / "scripts" / "rehearse.sh")], cwd=tmp_path, check=False)
+    assert out.returncode == 2 and "bash scripts/setup_rehearsal.sh" in out.stderr, out.stderr
 
 
 def test_paper_data_prep_covers_eight_datasets_at_pinned_revisions(tmp_path):

@@ -15,7 +15,7 @@ EOS included, and both means run over the same tokens. :func:`cross_tokens` appl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -42,17 +42,41 @@ def _ids(token_ids) -> list[int]:
     return [int(x) for x in token_ids]
 
 
-def source_token_count(token_ids: Sequence[int] | torch.Tensor, eos_id: int, cross_eos: str = "strip") -> int:
+def _first_stop(ids: list[int], stops: int | Collection[int]) -> int | None:
+    """Index of the first stop id in ``ids`` (None: no stop). Several ids can end a generation: vLLM stops
+    at every id of the model's ``generation_config.eos_token_id`` (Qwen3: ``<|im_end|>`` and
+    ``<|endoftext|>``), not only at the tokenizer's ``eos_token_id`` (:func:`stop_token_ids`)."""
+    stops = {stops} if isinstance(stops, int) else set(stops)
+    return next((i for i, t in enumerate(ids) if t in stops), None)
+
+
+def stop_token_ids(tok, model_dir=None) -> frozenset[int]:
+    """Every id that ends a generation of this model: the tokenizer's EOS and, when ``model_dir`` has a
+    ``generation_config.json``, each of its ``eos_token_id`` (an int or a list)."""
+    import json
+    from pathlib import Path
+
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    config = Path(model_dir) / "generation_config.json" if model_dir else None
+    if config is not None and config.is_file():
+        eos = json.loads(config.read_text()).get("eos_token_id")
+        ids |= {eos} if isinstance(eos, int) else set(eos or ())
+    return frozenset(ids)
+
+
+def source_token_count(
+    token_ids: Sequence[int] | torch.Tensor, eos_id: int | Collection[int], cross_eos: str = "strip"
+) -> int:
     """Tokens of one generated row that enter the source's mean log-prob.
 
-    ``strip``: the tokens before the first EOS; ``keep_text``: up to and including it. A row without EOS
-    (truncated at the length limit) counts all its tokens either way; pass only the generated response, or
-    the row with padding (padding after EOS is never counted).
+    ``strip``: the tokens before the first EOS (``eos_id``: one id or every stop id); ``keep_text``: up to
+    and including it. A row without EOS (truncated at the length limit) counts all its tokens either way;
+    pass only the generated response, or the row with padding (padding after EOS is never counted).
     """
     _check_mode(cross_eos)
     ids = _ids(token_ids)
-    if eos_id in ids:
-        k = ids.index(eos_id)
+    k = _first_stop(ids, eos_id)
+    if k is not None:
         return k + 1 if cross_eos == "keep_text" else k
     return len(ids)
 
@@ -71,18 +95,24 @@ def source_logp_mask(tokens: torch.Tensor, eos_id: int, cross_eos: str = "strip"
     return mask
 
 
-def response_text(tok, token_ids: Sequence[int] | torch.Tensor, cross_eos: str = "strip") -> str:
+def response_text(
+    tok,
+    token_ids: Sequence[int] | torch.Tensor,
+    cross_eos: str = "strip",
+    *,
+    stops: Collection[int] | None = None,
+) -> str:
     """Text of one generated response (ids after the prompt, optionally right-padded).
 
     ``strip``: everything from the first EOS on is cut, the rest decoded with ``skip_special_tokens=False``
     (no other specials occur in well-formed toy responses). ``keep_text``: decoded up to and including the
-    first EOS, the EOS kept as literal text. Padding after EOS is dropped in both modes.
+    first EOS, the EOS kept as literal text. Padding after EOS is dropped in both modes. ``stops``: every
+    id that ends this model's generations (:func:`stop_token_ids`; default the tokenizer's EOS).
     """
     _check_mode(cross_eos)
     ids = _ids(token_ids)
-    eos = tok.eos_token_id
-    if eos in ids:
-        k = ids.index(eos)
+    k = _first_stop(ids, stops if stops else tok.eos_token_id)
+    if k is not None:
         ids = ids[: k + 1] if cross_eos == "keep_text" else ids[:k]
     return tok.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
 
@@ -115,16 +145,19 @@ def cross_tokens(
     responses: Sequence[Sequence[int]] | torch.Tensor,
     max_len: int,
     cross_eos: str = "strip",
+    *,
+    source_stops: Collection[int] | None = None,
 ) -> CrossTokens:
     """Map generated responses (source ids, right-padded after EOS) into the learner's token space.
 
     Identical tokenizers: ids cut after the first EOS (kept) and reused; ``source_len`` = that length.
     Different tokenizers: :func:`response_text` → :func:`retokenize`; ``source_len`` from
-    :func:`source_token_count` with the same ``cross_eos``.
+    :func:`source_token_count` with the same ``cross_eos``. ``source_stops``: every id that ends the
+    source's generations (:func:`stop_token_ids`; default its tokenizer's EOS).
     """
     _check_mode(cross_eos)
     rows = [_ids(r) for r in responses]
-    eos = source_tok.eos_token_id
+    eos = frozenset(source_stops) if source_stops else source_tok.eos_token_id
     if same_tokenizer(source_tok, learner_tok):
         ids = []
         for r in rows:
@@ -132,7 +165,7 @@ def cross_tokens(
             ids.append(r[: min(n, max_len)])
         counts = [len(r) for r in ids]
         return CrossTokens(ids=ids, source_len=counts, learner_len=list(counts), reused=True)
-    texts = [response_text(source_tok, r, cross_eos) for r in rows]
+    texts = [response_text(source_tok, r, cross_eos, stops=source_stops) for r in rows]
     ids = retokenize(texts, learner_tok, max_len)
     return CrossTokens(
         ids=ids,

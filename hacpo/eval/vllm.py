@@ -10,7 +10,7 @@ temperature 0; k samples per problem are one request with ``n = k`` (one prefill
 from __future__ import annotations
 
 from hacpo.agents.prompting import prompt_ids
-from hacpo.agents.retokenize import response_text
+from hacpo.agents.retokenize import response_text, stop_token_ids
 from hacpo.data.synthetic import as_problem
 
 
@@ -66,6 +66,7 @@ class VLLMGenerator:
             trust_remote_code=False,
         )
         self.tok = self.llm.get_tokenizer()
+        self.stops = stop_token_ids(self.tok, path)  # vLLM stops at generation_config's eos ids too
 
     def generate(self, problems: list[dict], sampling) -> list[list[str]]:
         from vllm import SamplingParams
@@ -77,4 +78,6 @@ class VLLMGenerator:
         ]
         params = SamplingParams(**sampling_params(sampling, sampling.max_new_tokens))
         outputs = self.llm.generate(prompts, params, use_tqdm=False)  # in the order of `prompts`
-        return [[response_text(self.tok, list(c.token_ids)) for c in o.outputs] for o in outputs]
+        return [
+            [response_text(self.tok, list(c.token_ids), stops=self.stops) for c in o.outputs] for o in outputs
+        ]

@@ -10,6 +10,36 @@ NEEDS = (
 )
 
 
+def toy_joint_config(agents: dict, data, out_dir, **over):
+    """A two-agent HACPO run on the toy data, at the rehearsal's CPU settings (``over`` replaces keys)."""
+    from hacpo.config import TrainConfig
+
+    return TrainConfig.model_validate(
+        {
+            "method": "hacpo",
+            "agents": [{"name": n, "path": str(p)} for n, p in agents.items()],
+            "train_file": str(data / "train.jsonl"),
+            "val_file": str(data / "dev.jsonl"),
+            "val_size": 16,
+            "val_every": 1,
+            "out_dir": str(out_dir),
+            "steps": 2,
+            "prompts_per_step": 4,
+            "group_size": 4,
+            "minibatch_size": 8,  # 2 agents × 4 prompts × 4 = 32 rows per learner: 4 updates of 8
+            "max_new_tokens": 13,
+            "checkpoint_every": 1,
+            "keep_checkpoints": 2,
+            "lr": 1e-4,
+            "openrlhf": {
+                "cpu": True, "gpus_per_node": 1, "max_prompt_tokens": 64, "micro_train_batch_size": 4,
+                "gradient_checkpointing": False, "vllm_gpu_memory_utilization": 0.1,
+            },
+            **over,
+        }
+    )  # fmt: skip
+
+
 def on_this_machine() -> None:
     import torch
 

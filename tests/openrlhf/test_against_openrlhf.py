@@ -36,7 +36,7 @@ on_this_machine()
 
 from hacpo.config import TrainConfig  # noqa: E402
 from hacpo.engines.openrlhf import logs  # noqa: E402
-from hacpo.engines.openrlhf.command import Layout, build_command, reward_file  # noqa: E402
+from hacpo.engines.openrlhf.command import Layout, build_command, module_and_args, reward_file  # noqa: E402
 from hacpo.pipeline import Pipeline  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,9 @@ def parse_with_openrlhf(argv: list[str], monkeypatch):
 
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(openrlhf.utils, "get_strategy", stop_here)
-    monkeypatch.setattr(sys, "argv", ["train_ppo_ray", *argv[3:]])
+    module, args = module_and_args(argv)
+    assert module == "openrlhf.cli.train_ppo_ray"
+    monkeypatch.setattr(sys, "argv", ["train_ppo_ray", *args])
     with pytest.raises(Accepted) as got:
         runpy.run_module("openrlhf.cli.train_ppo_ray", run_name="__main__")
     return got.value.args
@@ -258,7 +260,7 @@ def make_run(tmp_path, steps=4, every=2) -> TrainConfig:
             "minibatch_size": 8,
             "checkpoint_every": every,
             "val_every": 2,
-            "openrlhf": {"gpus_per_node": 1, "micro_train_batch_size": 1},
+            "openrlhf": {"gpus_per_node": 1, "micro_train_batch_size": 1, "max_prompt_tokens": 64},
         }
     )
 
@@ -277,7 +279,8 @@ class OpenRLHFDouble:
 
         self.calls.append(argv)
         f = dict(zip(argv, argv[1:], strict=False))
-        ckpt, steps = Path(f["--ckpt.path"]), int(f["--data.max_samples"]) // int(f["--rollout.batch_size"])
+        rows = len(Path(f["--data.prompt_dataset"]).read_text().splitlines())
+        ckpt, steps = Path(f["--ckpt.path"]), rows // int(f["--rollout.batch_size"])
         every, model = int(f["--ckpt.save_steps"]), f["--actor.model_name_or_path"]
         assert Path(f["--data.prompt_dataset"]).is_file() and Path(f["--reward.remote_url"]).is_file()
         latest = ckpt / "_actor" / "latest"

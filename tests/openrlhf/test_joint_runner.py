@@ -14,7 +14,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from real_stack import NEEDS, on_this_machine  # noqa: E402
+from real_stack import NEEDS, on_this_machine, toy_joint_config  # noqa: E402
 
 pytest.importorskip("openrlhf", reason=NEEDS)
 pytest.importorskip("vllm", reason=NEEDS)
@@ -26,29 +26,11 @@ from hacpo.engines.openrlhf.joint.driver import parse_args, pin_resume_step  # n
 
 
 def _cfg(tmp_path, small_agent, other_agent, toy_data, out: str) -> TrainConfig:
-    return TrainConfig.model_validate(
-        {
-            "method": "hacpo",
-            "agents": [
-                {"name": "llama", "path": str(small_agent)},
-                {"name": "qwen", "path": str(other_agent)},
-            ],
-            "train_file": str(toy_data / "train.jsonl"),
-            "val_file": str(toy_data / "dev.jsonl"),
-            "val_size": 8,
-            "val_every": 2,
-            "out_dir": str(tmp_path / out),
-            "steps": 4,
-            "prompts_per_step": 4,
-            "group_size": 4,
-            "minibatch_size": 8,  # 2 agents × 4 prompts × 4 = 32 rows per learner: 4 updates of 8
-            "max_new_tokens": 16,
-            "checkpoint_every": 2,
-            "keep_checkpoints": 1,
-            "lr": 1e-3,
-            "openrlhf": {"gpus_per_node": 1, "micro_train_batch_size": 4, "max_prompt_tokens": 48},
-        }
-    )
+    return toy_joint_config(
+        {"llama": small_agent, "qwen": other_agent}, toy_data, tmp_path / out, val_size=8, val_every=2,
+        steps=4, max_new_tokens=16, checkpoint_every=2, keep_checkpoints=1, lr=1e-3,
+        openrlhf={"gpus_per_node": 1, "micro_train_batch_size": 4, "max_prompt_tokens": 48},
+    )  # fmt: skip
 
 
 def test_pin_resume_step(tmp_path):

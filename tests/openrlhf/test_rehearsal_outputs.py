@@ -65,7 +65,15 @@ def test_every_run_is_complete_and_ran_on_the_real_stack(rehearsal):
         prof = Profile.read(run_dir)
         assert prof.engine == "openrlhf" and prof.tokens_per_s > 0 and prof.peak_rss_mb > 0, run.dir
         rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-        assert [r["step"] for r in rows] == list(range(record.config["steps"])), run.dir
+        steps = record.config["steps"]
+        assert [r["step"] for r in rows] == list(range(steps)), run.dir
+        # validation before training and after every step (val_every 1), every agent, every problem
+        val = [json.loads(x) for x in (run_dir / "validation.jsonl").read_text().splitlines()]
+        agents = [a["name"] for a in record.config["agents"]]
+        assert sorted((v["step"], v["agent"]) for v in val) == sorted(
+            (s, a) for s in range(steps + 1) for a in agents
+        ), run.dir
+        assert {v["n"] for v in val} == {record.config["val_size"]}, run.dir
 
 
 def test_profiles_of_the_openrlhf_engine_feed_tables_7_and_8(rehearsal):

@@ -158,6 +158,16 @@ def build_command(
     return [*program(opts, python), "openrlhf.cli.train_ppo_ray", *args, *opts.extra_args]
 
 
+def module_and_args(argv: list[str]) -> tuple[str, list[str]]:
+    """(the module a run's command runs, its arguments) from the argv :func:`program` starts."""
+    rest = argv[3:]
+    if rest and rest[0] == "--cpu":
+        rest = rest[1:]
+    if len(argv) < 4 or argv[1:3] != ["-m", "hacpo.engines.openrlhf.launch"] or not rest:
+        raise ValueError(f"not a run's OpenRLHF command: {argv[:4]}")
+    return rest[0], rest[1:]
+
+
 def program(opts: OpenRLHFOptions, python: str = sys.executable) -> list[str]:
     """The launcher a run's OpenRLHF program (its module follows) runs behind: :mod:`.launch` (prompts in
     file order; on CPU, OpenRLHF's CUDA calls mapped in every process)."""
@@ -301,7 +311,10 @@ def _train_args(
 
     # data: pre-rendered prompts (the agent's chat template, thinking off), one episode of exactly `steps`
     args += _flag("data.prompt_dataset", prompts) + _flag("data.input_key", "prompt")
-    args += _flag("data.label_key", "answer") + _flag("data.max_samples", cfg.steps * cfg.prompts_per_step)
+    # max_samples also truncates OpenRLHF's eval dataset: at least val_size (the prompt file has exactly
+    # steps × prompts_per_step rows, so every one is trained either way)
+    max_samples = max(cfg.steps * cfg.prompts_per_step, cfg.val_size if cfg.val_file else 0)
+    args += _flag("data.label_key", "answer") + _flag("data.max_samples", max_samples)
     args += _flag("data.max_len", opts.max_prompt_tokens + cfg.max_new_tokens)
     args += _flag("train.num_episodes", 1) + _flag("train.seed", cfg.seed)
 

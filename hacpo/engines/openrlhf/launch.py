@@ -7,6 +7,7 @@ with the project's hooks in its own process and in every Ray worker it starts (R
 - **prompts in the order of the run's prompt file** (:func:`prompts_in_file_order`): OpenRLHF shuffles its
   prompt dataloader with an unseeded generator inside its trainer actor, so the order trained would be
   neither the local engine's step batches, which the prompt file lays out, nor reproducible from the seed;
+- **validation at step 0, rollouts with** ``min_tokens`` **0** (:func:`fit_like_the_local_engine`);
 - with ``--cpu``, :func:`hacpo.engines.openrlhf.cpu.install` (OpenRLHF's CUDA calls mapped; the rehearsal).
 """
 
@@ -52,6 +53,40 @@ def prompts_in_file_order() -> None:
     ppo_trainer.prepare_datasets = prepare_datasets
 
 
+def fit_like_the_local_engine() -> None:
+    """OpenRLHF's trainer ``fit`` with two differences, both what the local engine and the joint driver do:
+
+    - validation at step 0 too (OpenRLHF validates after every ``eval.steps`` steps, never before the
+      first; Figure 2's curves start there): OpenRLHF's own ``evaluate``, logged as step 0, in a fresh run;
+    - rollouts from the policy as it is: OpenRLHF samples with ``min_tokens=1`` unless told otherwise,
+      which masks an immediate EOS that the actor's log-probs (the ratio's numerator) do not mask.
+    """
+    from openrlhf.trainer import ppo_trainer
+
+    # Ray copies the methods into the class it exports at the first .remote(): patch that one too
+    actor = ppo_trainer.PPOTrainer
+    for cls in (actor.__ray_actor_class__, actor.__ray_metadata__.modified_class):
+        cls.fit = _fit_validated_first(cls.fit)
+
+
+def _fit_validated_first(fit):
+    if getattr(fit, "_hacpo", False):
+        return fit
+
+    @functools.wraps(fit)
+    def fit_validated_first(self, global_step: int = 0):
+        self.generate_kwargs.setdefault("min_new_tokens", 0)
+        if self.eval_dataloader is not None and self.init_checkpoint_states()["global_step"] == 0:
+            kwargs = dict(self.generate_kwargs)
+            kwargs["temperature"] = self.args.eval.temperature
+            kwargs["n_samples_per_prompt"] = self.args.eval.n_samples_per_prompt
+            self.evaluate(0, **kwargs)
+        return fit(self, global_step)
+
+    fit_validated_first._hacpo = True
+    return fit_validated_first
+
+
 def setup_process() -> None:
     """Every process of the run (the driver, and each Ray worker through the setup hook)."""
     if os.environ.get(CPU_FLAG_ENV) == "1":
@@ -59,6 +94,7 @@ def setup_process() -> None:
 
         install()
     prompts_in_file_order()
+    fit_like_the_local_engine()
 
 
 def job_runtime_env(own: dict | None, cpu: bool) -> dict:

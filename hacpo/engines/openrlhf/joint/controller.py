@@ -178,6 +178,7 @@ class JointStep:
                     rows += R.cross_rows(
                         own[j], source.tokenizer, learner.tokenizer, prompts, float(omegas[j, k]),
                         self.max_new_tokens, self.max_len, self.cross_eos,
+                        source_stops=getattr(source, "stop_ids", None),
                     )  # fmt: skip
         R.assign_advantages(rows, k, len(self.stacks), omegas, self.method)
         return rows

@@ -182,10 +182,15 @@ class HacpoController(BasePPOTrainer):
 
     def fit(self, global_step: int = 0) -> int:
         start = read_state(self.loop.state_file)["step"]
-        if start:  # the engines hold the initial weights: give them the resumed ones
-            for stack in self.loop.stacks:
-                stack.sync()
-        return self.loop.run()
+        try:
+            if start:  # the engines hold the initial weights: give them the resumed ones
+                for stack in self.loop.stacks:
+                    stack.sync()
+            return self.loop.run()
+        finally:  # as OpenRLHF's own fit ends: flush and close its TensorBoard / W&B loggers
+            for logger in (self.wandb_logger, self.tensorboard_logger):
+                if logger:
+                    logger.close()
 
 
 def openrlhf_worker_env() -> dict[str, str]:

@@ -101,19 +101,23 @@ def cross_rows(
     max_new_tokens: int,
     max_len: int,
     cross_eos: str = "strip",
+    source_stops=None,
 ) -> list[Experience]:
     """Source j's rows in learner k's token space (spec §4), each a single-row Experience for k's buffer.
 
     ``prompts``: k's own templated prompt ids per prompt id (:func:`learner_prompts`). The row's ratio
     denominator is j's pre-update mean log-prob over the tokens of the shared text (EOS excluded when the
-    text is re-encoded with ``cross_eos="strip"``; ids and EOS reused for identical tokenizers); j's reward
+    text is re-encoded with ``cross_eos="strip"``, every stop id of j's counting as its EOS, ``source_stops``;
+    ids and EOS reused for identical tokenizers); j's reward
     and score are copied. Log-prob fields are zeros: k's loss needs no old or reference log-probs on cross
     rows (no token ratio, KL on own rows only).
     """
     if not source_rows:
         return []
     responses = [response_ids(r) for r in source_rows]
-    shared = cross_tokens(source_tok, learner_tok, responses, max_new_tokens, cross_eos)
+    shared = cross_tokens(
+        source_tok, learner_tok, responses, max_new_tokens, cross_eos, source_stops=source_stops
+    )
     out = []
     for row, ids, n_src in zip(source_rows, shared.ids, shared.source_len, strict=True):
         pid = int(row.info[PROMPT_ID])

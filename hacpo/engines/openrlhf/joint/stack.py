@@ -92,8 +92,12 @@ class OpenRLHFStack:
     sleep_after_sync: bool = True  # agents share GPUs: keep vLLM weights off the GPU between steps
 
     def __post_init__(self):
+        from hacpo.agents.retokenize import stop_token_ids
+
         args = self.strategy.args
         self.args = args
+        # every id vLLM stops at (generation_config's eos ids too): each ends a response in the text exchange
+        self.stop_ids = stop_token_ids(self.tokenizer, args.actor.model_name_or_path)
         self.generator = SamplesGenerator(self.strategy, None, None, self.tokenizer, self.vllm_engines)
         kl = FixedKLController(0.0)  # KL is a loss on own rows (HACPO's trainer), never in the reward
         self.maker = RemoteExperienceMaker(
