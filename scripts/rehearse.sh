@@ -25,5 +25,7 @@ done
 workdir=results/rehearsal/$(basename "$config" .yaml)
 mkdir -p "$workdir"
 export PATH="$PWD/.venv-rehearsal/bin:$PATH"
-# Two jobs at a time: a job is mostly start-up (Ray, vLLM, DeepSpeed), so the two cores overlap them.
-exec snakemake --snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2 "${args[@]}"
+# Two jobs at a time: a job is mostly start-up (Ray, vLLM, DeepSpeed), so the two cores overlap them. Two
+# logical GPUs: a job asking for both (two data-parallel ranks, ≈ 18 GB of processes) then runs alone.
+exec snakemake --snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2 \
+  --resources gpu=2 "${args[@]}"

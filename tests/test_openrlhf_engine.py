@@ -298,3 +298,22 @@ def test_gpu_smoke_scripts_build_valid_commands(tmp_path):
     driver = joint_command(cfg, cfg.openrlhf, Layout(tmp_path))
     assert module_and_args(driver)[0] == "hacpo.engines.openrlhf.joint.driver"
     assert all(joint_agent_args(cfg, cfg.openrlhf, Layout(tmp_path), k) for k in range(3))
+
+
+def test_openrlhf_without_cuda_says_to_rehearse_on_cpu():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine runs the OpenRLHF engine for real")
+    with pytest.raises(ValueError, match=r"rehearse on CPU with openrlhf: \{cpu: true\}"):
+        OpenRLHFOptions(gpus_per_node=8).check_device()
+    OpenRLHFOptions(cpu=True, gpus_per_node=1).check_device()  # the rehearsal needs none
+
+
+def test_cpu_rehearsal_options_default_what_a_cpu_can_run_and_refuse_the_rest():
+    opts = OpenRLHFOptions(cpu=True, gpus_per_node=1)
+    assert (opts.sleep, opts.packing_samples, opts.attn_implementation) == (False, False, "sdpa")
+    with pytest.raises(ValueError, match="cpu: true cannot run.*sleep: false"):
+        OpenRLHFOptions(cpu=True, sleep=True)
+    with pytest.raises(ValueError, match="nodes: 1"):
+        OpenRLHFOptions(cpu=True, nodes=2)

@@ -305,10 +305,11 @@ def test_runner_writes_the_contract_and_resumes_after_a_kill(tmp_path):
     from hacpo.runio import RunRecord
 
     cfg = make_run(tmp_path, steps=5, every=2)
-    with pytest.raises(RuntimeError, match="OpenRLHF exited with status -9"):
+    with pytest.raises(RuntimeError, match="OpenRLHF failed in the driver: exit status -9") as failed:
         train(cfg, cfg.openrlhf, launcher=OpenRLHFDouble(die_after=3))
+    assert "a rerun resumes from step 2" in str(failed.value) and "train.log" in str(failed.value)
     rec = RunRecord.read(cfg.out_dir)
-    assert rec.status == "running" and rec.step == 2 and rec.engine == "openrlhf"
+    assert rec.status == "failed" and rec.step == 2 and rec.engine == "openrlhf"
     ckpts = Path(cfg.out_dir) / "checkpoints" / "a"
     assert sorted(p.name for p in ckpts.iterdir()) == ["step-2"]
     prompts = (Path(cfg.out_dir) / "openrlhf" / "prompts.jsonl").read_text().splitlines()

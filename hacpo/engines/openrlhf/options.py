@@ -112,6 +112,18 @@ class OpenRLHFOptions(_Strict):
             )
         return self.nodes * self.gpus_per_node
 
+    def check_device(self) -> None:
+        """OpenRLHF needs CUDA devices unless the run is the CPU rehearsal (``cpu: true``)."""
+        if self.cpu:
+            return
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(
+                "engine: openrlhf needs CUDA GPUs and torch sees none here: run it on a GPU node, or "
+                "rehearse on CPU with openrlhf: {cpu: true} (config/rehearsal.yaml, scripts/rehearse.sh)"
+            )
+
     def check_environment(self) -> None:
         """Problems a launch would only hit minutes later (Ray, vLLM and model loading come first)."""
         if self.wandb is not None and not os.environ.get("WANDB_API_KEY"):

@@ -274,6 +274,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
     check_context(cfg, opts)
     if launcher is None:
         check_installed()
+        opts.check_device()
     layout = Layout(Path(cfg.out_dir))
     joint = cfg.resolved_method().joint
     if joint:
