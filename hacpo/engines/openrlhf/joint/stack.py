@@ -4,14 +4,17 @@
 classes with this agent's own arguments (model, lengths, lr: ``args`` parsed from
 :func:`hacpo.engines.openrlhf.command.joint_agent_args`):
 
-- ``generate``: OpenRLHF's ``SamplesGenerator`` dispatch on an explicit prompt list (no dataloader, no
-  dynamic filtering), vLLM woken for it and put back to sleep; our reward file runs inside each engine;
+- ``generate``: the explicit prompt list to this agent's vLLM engines, one seeded request per sample
+  (OpenRLHF's ``generate_responses`` and executor, our reward file inside each engine, rows from
+  OpenRLHF's ``_process_response_into_experience``), vLLM woken for it and put back to sleep;
 - ``score``: ``RemoteExperienceMaker.make_experience`` — the actor's and reference's log-probs;
-- ``train``: rows shared out over the data-parallel ranks (own and cross rows evenly) → ``append`` →
-  reload states → ``fit`` (:class:`~.actor.HacpoActorTrainer`) → offload states;
+- ``train``: rows made batchable and shared out over the data-parallel ranks (own and cross rows evenly)
+  → ``append`` → reload states → ``fit_step`` (:class:`~.actor.HacpoActorTrainer`) → offload states; the
+  ranks' metrics merged;
 - ``evaluate``: the same dispatch, greedy, one sample per prompt (in-training validation);
 - ``sync``: the actor's weights to this agent's engines (CUDA IPC when colocated; each agent's own NCCL
-  group otherwise, never the shared ``sync_with_ray`` group name).
+  group otherwise, never the shared ``sync_with_ray`` group name; gloo on CPU), asleep again after it
+  when it was (:func:`sync_calls`).
 
 """
 
