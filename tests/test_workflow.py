@@ -178,11 +178,11 @@ def test_rehearsal_dags_have_the_papers_shape_on_cpu(tmp_path):
     full = job_counts(ROOT / "config" / "rehearsal.yaml", tmp_path / "full")
     assert (full["train"], full["evaluate"], full["table"], full["figure"]) == (27, 35, 10, 2)
     ci = job_counts(ROOT / "config" / "rehearsal-ci.yaml", tmp_path / "ci")
-    assert (ci["train"], ci["evaluate"], ci["table"], ci["figure"]) == (4, 8, 7, 1)
+    assert (ci["train"], ci["evaluate"], ci["table"], ci["figure"]) == (5, 10, 7, 1)
     out = run([*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "rehearsal-ci.yaml"),
                "--directory", str(tmp_path / "ci")]).stdout  # fmt: skip
-    assert out.count("--engine openrlhf") == 4 and out.count("--engine vllm") == 8
-    assert out.count('"cpu":true') >= 12  # every training run and evaluation on the CPU stack
+    assert out.count("--engine openrlhf") == 5 and out.count("--engine vllm") == 10
+    assert out.count('"cpu":true') >= 15  # every training run and evaluation on the CPU stack
 
 
 def test_rehearsal_without_its_venv_says_how_to_make_it(tmp_path):
