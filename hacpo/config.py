@@ -71,7 +71,7 @@ class TrainConfig(BaseModel):
     minibatch_order: Literal["mixed", "self_first"] = "mixed"
     cross_eos: Literal["strip", "keep_text"] = "strip"
     # The spec's alternative readings (hacpo.algo.VARIANT_KNOBS); None: the default reading. Each applies
-    # to one method only.
+    # to one method only. A Naive run always names its cross-ratio reading (filled in from the registry).
     gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] | None = None
     naive_cross_ratio: Literal["source", "self_old"] | None = None
 
@@ -131,6 +131,10 @@ class TrainConfig(BaseModel):
                 f"method {self.method!r} does not read {', '.join(unread)}: remove "
                 f"{'it' if len(unread) == 1 else 'them'} ({why})"
             )
+        if base.reads("naive_cross_ratio") and self.naive_cross_ratio is None:
+            # Naive's default reading changed (source → self_old, spec §2.5, 2026-12-01): a Naive run names
+            # its reading, so its identity (config_hash) tells the two computations apart
+            self.naive_cross_ratio = base.naive_cross_ratio
         method = self.resolved_method()
         names = [a.name for a in self.agents]
         if len(set(names)) != len(names):

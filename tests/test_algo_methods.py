@@ -37,7 +37,7 @@ def test_all_paper_methods_registered():
             "gspo_updates_x2",
             dict(loss="gspo", joint=False, rollout_multiplier=1, epochs=2, minibatch_divisor=1),
         ),
-        ("naive", dict(loss="naive", joint=True, baseline="joint_mean", naive_cross_ratio="source")),
+        ("naive", dict(loss="naive", joint=True, baseline="joint_mean", naive_cross_ratio="self_old")),
         (
             "hacpo",
             dict(
@@ -165,7 +165,7 @@ def test_loss_spec_carries_pair_and_ablation_knobs():
 def test_to_dict_records_knobs():
     d = get_method("gspo_updates_x2").to_dict()
     assert d["name"] == "gspo_updates_x2" and d["epochs"] == 2 and d["minibatch_divisor"] == 1
-    assert get_method("naive").to_dict()["naive_cross_ratio"] == "source"
+    assert get_method("naive").to_dict()["naive_cross_ratio"] == "self_old"
 
 
 def test_bad_method_names():

@@ -339,7 +339,11 @@ def test_method_variants_resolve_from_config(tmp_path):
     base = dict(agents=[{"name": "a", "path": "x"}, {"name": "b", "path": "y"}], train_file="t", out_dir="o")
     cfg = load_train_config(dict(base, method="naive", naive_cross_ratio="self_old"))
     assert cfg.resolved_method().naive_cross_ratio == "self_old"
-    assert load_train_config(dict(base, method="naive")).resolved_method().naive_cross_ratio == "source"
+    default = load_train_config(dict(base, method="naive"))  # spec §2.5's default reading, named in the run
+    assert default.naive_cross_ratio == default.resolved_method().naive_cross_ratio == "self_old"
+    source = load_train_config(dict(base, method="naive", naive_cross_ratio="source"))
+    assert source.resolved_method().naive_cross_ratio == "source"
+    assert source.config_hash() != default.config_hash()  # two computations, two identities
     one = dict(
         base, agents=base["agents"][:1], method="gspo_updates_x2", gspo_updates_x2_mode="half_minibatch"
     )

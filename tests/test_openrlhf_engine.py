@@ -121,9 +121,8 @@ def test_joint_runs_get_one_openrlhf_stack_per_agent(tmp_path):
     assert per_agent[0]["actor.model_name_or_path"] != per_agent[1]["actor.model_name_or_path"]
     with pytest.raises(ValueError, match="do not split into mini-batches"):
         joint_agent_args(cfg.model_copy(update={"minibatch_size": 1536}), cfg.openrlhf, layout, 0)
-    naive = joint_run("q1p7b_q4b", "naive").model_copy(update={"naive_cross_ratio": "self_old"})
-    with pytest.raises(ValueError, match="self_old is not available on the OpenRLHF engine"):
-        joint_agent_args(naive, naive.openrlhf, layout, 0)
+    naive = joint_run("q1p7b_q4b", "naive")  # the paper's Naive: self_old, each learner scores cross rows
+    assert naive.naive_cross_ratio == "self_old" and joint_agent_args(naive, naive.openrlhf, layout, 0)
 
 
 def test_joint_gpu_split_and_hybrid_placement(tmp_path):

@@ -42,10 +42,12 @@ def test_shipped_configs_validate_and_every_run_config_is_a_valid_train_config(n
 
 
 def test_paper_config_matches_the_paper_run_inventory():
-    """shared/spec/paper-results.md §5: 39 single-agent runs and 27 joint runs (no 150-step reuse)."""
+    """shared/spec/paper-results.md §5: 39 single-agent runs and 27 joint runs (no 150-step reuse), plus
+    the Naive readings table's 3 runs of Naive's other reading (source) on the Table 1 pairs."""
     runs = pipe("paper").runs
     assert sum(r.kind == "single" for r in runs) == 39
-    assert sum(r.kind == "joint" for r in runs) == 27
+    assert sum(r.kind == "joint" and r.method != "naive_source" for r in runs) == 27
+    assert sum(r.method == "naive_source" for r in runs) == 3
     single_models = {r.group for r in runs if r.kind == "single" and r.method == "grpo"}
     assert len(single_models) == 7  # every model's GRPO once, shared by all its pairs
 
@@ -67,7 +69,7 @@ def test_single_agent_baselines_are_shared_across_pairs():
 def test_hyper_parameters_layer_global_then_pair_then_method():
     cfg = copy.deepcopy(CONFIGS["config"])
     cfg["pairs"]["size"]["train"] = {"lr": 1e-5}
-    cfg["methods"] = {"long_hacpo": {"method": "hacpo", "train": {"steps": 50, "lr": 2e-5}}}
+    cfg["methods"]["long_hacpo"] = {"method": "hacpo", "train": {"steps": 50, "lr": 2e-5}}
     cfg["figures"]["figure3"]["methods"] = ["long_hacpo", "hacpo_no_clip"]
     p = Pipeline(cfg, base_dir=str(ROOT))
     joint = p.train_config(Run("joint", "size", "hacpo", 42))
@@ -338,3 +340,20 @@ def test_the_train_rule_writes_where_runs_live_and_checks_its_wildcards():
         p.run_at("joint", "small", "hacpo", 42)
     with pytest.raises(ValueError, match="'hacpo' is joint: it has no single runs"):
         p.run_at("single", "small", "hacpo", 42)
+
+
+def test_naive_rows_say_which_reading_made_them():
+    """Tables 1 and 9 use the registry's Naive (spec §2.5's self_old); the Naive readings table shows both;
+    every table with a Naive row says which reading produced it, and every Naive run names its reading."""
+    p = pipe("config")
+    for name in ("table1", "table9"):
+        note = p.table(name)[1]["note"]
+        assert "Naive: GSPO's clip on every row, cross-row ratios against the learner's own" in note, note
+    note = p.table("naive_readings")[1]["note"]
+    assert "(self_old" in note and "Naive (source):" in note and "generating agent's" in note
+    assert "Naive" not in p.table("table2")[1]["note"]
+    for method, reading in (("naive", "self_old"), ("naive_source", "source")):
+        cfg = load_train_config(p.train_config(Run("joint", "size", method, 42)))
+        assert cfg.naive_cross_ratio == cfg.resolved_method().naive_cross_ratio == reading
+    paper = pipe("paper")
+    assert [r.group for r in paper.runs if r.method == "naive_source"] == ["q1p7b_q4b", "q4b_l3b", "q4b_q4bi"]

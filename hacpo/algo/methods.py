@@ -28,7 +28,10 @@ class Method:
     baseline: Baseline | None = None  # joint advantage baseline (joint methods only)
     omega_in_loss: bool = True
     cross_clip: Literal["stepwise", "static", "none"] = "stepwise"
-    naive_cross_ratio: Literal["source", "self_old"] = "source"  # §2.5 readings (variant knob)
+    # §2.5 readings (variant knob): cross-row denominators from the learner's own pre-update policy
+    # (self_old: sharing rollouts without HACPO's machinery, as the paper's framework computes old log-probs)
+    # or from the generating agent's (source)
+    naive_cross_ratio: Literal["source", "self_old"] = "self_old"
 
     def loss_spec(
         self,

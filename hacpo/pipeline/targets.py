@@ -354,8 +354,27 @@ class Pipeline:
         notes = [
             f"{b.label or k}: {b.note}" for k, b in self.cfg.benchmarks.items() if k in benches and b.note
         ]
+        methods = [*(getattr(spec, "methods", None) or []), getattr(spec, "method", None)]
+        notes += [self.naive_note(m) for m in methods if m and m != "base" and self.naive_reading(m)]
         common["note"] = " ".join([common["note"], *notes]).strip()
         return sorted(set(files)), {**common, **out}
+
+    def naive_reading(self, method: str) -> str | None:
+        """The cross-ratio reading of a Naive method entry (spec §2.5), None for other methods."""
+        if self.cfg.registry_method(method).loss != "naive":
+            return None
+        entry = self.cfg.methods.get(method)
+        chosen = entry.train.get("naive_cross_ratio") if entry else None
+        return chosen or self.cfg.registry_method(method).naive_cross_ratio
+
+    def naive_note(self, method: str) -> str:
+        """What a table's caption says of a Naive row: which reading produced it (spec §2.5)."""
+        how = {
+            "self_old": "the learner's own pre-update log-probs (self_old: cross samples as on-policy, as "
+            "the paper's framework computes old log-probs)",
+            "source": "the generating agent's pre-update log-probs (source)",
+        }[self.naive_reading(method)]
+        return f"{self.label(method)}: GSPO's clip on every row, cross-row ratios against {how} (spec §2.5)."
 
     def _table_accuracy(self, t) -> tuple[list[str], dict]:
         benches = self.cfg.benchmarks_of(t.eval) if t.benchmarks == "all" else list(t.benchmarks)

@@ -188,6 +188,26 @@ def test_own_row_denominator_is_the_local_seq_mean(step):
         assert float(row.info[R.OLD_MEAN_LOGP]) == pytest.approx(float(seq_mean_logp(lp, mask)), abs=1e-6)
 
 
+def test_naive_self_old_denominators_are_the_learners_own_old_log_probs(agents, step):
+    """Naive's default reading (spec §2.5): a cross row's denominator is the learner's pre-update mean
+    log-prob of the row's tokens as its make_experience scores them (its Actor), not the source's."""
+    k, j = 1, 0  # learner Qwen3/word, source Llama/char: re-tokenised rows
+    cross = R.cross_rows(step.own[j], agents[j].tok, agents[k].tok, R.learner_prompts(step.own[k]), 1.0,
+                         MAX_NEW, MAX_LEN)  # fmt: skip
+    source_means = [float(r.info[R.OLD_MEAN_LOGP]) for r in cross]
+    batch = make_experience_batch(copy.deepcopy(cross))
+    with torch.no_grad():  # what the learner's make_experience attaches
+        batch.action_log_probs = agents[k].actor(batch.sequences, batch.action_mask, batch.attention_mask)
+    scored = remove_padding_in_sequences(split_experience_batch(batch))
+    R.learner_old_logp(cross, scored)
+    want = seq_mean_logp(batch.action_log_probs, batch.action_mask.bool())
+    got = torch.stack([torch.as_tensor(r.info[R.OLD_MEAN_LOGP]) for r in cross]).float()
+    assert torch.allclose(got, want, atol=1e-6)
+    assert max(abs(a - b) for a, b in zip(got.tolist(), source_means, strict=True)) > 0.1
+    with pytest.raises(ValueError, match="other rows"):
+        R.learner_old_logp(cross, scored[::-1])
+
+
 def test_row_fields_survive_openrlhf_batching(agents, step):
     """info fields and masks survive make_experience_batch → split → remove padding → batch again."""
     rows = _buffer(agents, step, 1, get_method("hacpo"))

@@ -224,11 +224,6 @@ def joint_agent_args(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, k:
         raise ValueError(
             f"method {cfg.method!r} is single-agent: build_command runs it on OpenRLHF's trainer"
         )
-    if method.naive_cross_ratio == "self_old":
-        raise ValueError(
-            "naive_cross_ratio: self_old is not available on the OpenRLHF engine (it needs each learner's "
-            "forward on the cross rows); use the default reading, or the local engine"
-        )
     if method.rollout_multiplier != 1 or method.epochs != 1:
         raise ValueError(
             f"joint method {cfg.method!r}: the OpenRLHF joint trainer samples G and runs one epoch"

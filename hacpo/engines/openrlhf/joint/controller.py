@@ -173,13 +173,17 @@ class JointStep:
         rows = list(own[k])
         if self.method.joint:
             prompts = R.learner_prompts(own[k])
+            cross = []
             for j, source in enumerate(self.stacks):
                 if j != k:
-                    rows += R.cross_rows(
+                    cross += R.cross_rows(
                         own[j], source.tokenizer, learner.tokenizer, prompts, float(omegas[j, k]),
                         self.max_new_tokens, self.max_len, self.cross_eos,
                         source_stops=getattr(source, "stop_ids", None),
                     )  # fmt: skip
+            if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old" and cross:
+                R.learner_old_logp(cross, learner.score(cross))  # before any update: the step's order
+            rows += cross
         R.assign_advantages(rows, k, len(self.stacks), omegas, self.method)
         return rows
 

@@ -162,6 +162,20 @@ def cross_rows(
     return out
 
 
+def learner_old_logp(cross: Sequence[Experience], scored: Sequence[Experience]) -> None:
+    """Naive's ``self_old`` reading (spec §2.5): each cross row's ratio denominator becomes the *learner's*
+    pre-update mean log-prob of the row's tokens, from ``scored`` = the same rows through the learner's
+    ``make_experience`` (cross samples treated as on-policy, as the paper's framework computes every row's
+    old log-probs with the learner's actor). Matched row by row; a reordering is an error."""
+    if len(cross) != len(scored):
+        raise ValueError(f"{len(scored)} scored rows for {len(cross)} cross rows")
+    for row, s in zip(cross, scored, strict=True):
+        if not torch.equal(row.sequences.reshape(-1), s.sequences.reshape(-1)):
+            raise ValueError("the learner's log-probs came back for other rows than its cross rows")
+        lp = response_logp(s)
+        row.info[OLD_MEAN_LOGP] = _scalar(lp.double().sum() / max(1, lp.numel()))
+
+
 # Experience fields HACPO's loss reads (joint/loss.py); any other field is OpenRLHF's bookkeeping.
 LOSS_FIELDS = ("sequences", "attention_mask", "action_mask", "action_log_probs", "advantages")
 
