@@ -195,7 +195,10 @@ def test_naive_self_old_denominators_are_the_learners_own_old_log_probs(agents, 
     cross = R.cross_rows(step.own[j], agents[j].tok, agents[k].tok, R.learner_prompts(step.own[k]), 1.0,
                          MAX_NEW, MAX_LEN)  # fmt: skip
     source_means = [float(r.info[R.OLD_MEAN_LOGP]) for r in cross]
-    batch = make_experience_batch(copy.deepcopy(cross))
+    # make_experience batches generator-form samples (Experience.concat_experiences): buffer rows refused
+    with pytest.raises(IndexError):
+        Experience.concat_experiences(copy.deepcopy(cross), agents[k].tok.pad_token_id)
+    batch = Experience.concat_experiences([R.rollout_form(r) for r in cross], agents[k].tok.pad_token_id)
     with torch.no_grad():  # what the learner's make_experience attaches
         batch.action_log_probs = agents[k].actor(batch.sequences, batch.action_mask, batch.attention_mask)
     scored = remove_padding_in_sequences(split_experience_batch(batch))

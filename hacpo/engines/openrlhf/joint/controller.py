@@ -182,7 +182,8 @@ class JointStep:
                         source_stops=getattr(source, "stop_ids", None),
                     )  # fmt: skip
             if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old" and cross:
-                R.learner_old_logp(cross, learner.score(cross))  # before any update: the step's order
+                scored = learner.score([R.rollout_form(r) for r in cross])  # before any update (§5 order)
+                R.learner_old_logp(cross, scored)
             rows += cross
         R.assign_advantages(rows, k, len(self.stacks), omegas, self.method)
         return rows

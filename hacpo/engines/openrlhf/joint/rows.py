@@ -162,6 +162,23 @@ def cross_rows(
     return out
 
 
+def rollout_form(row: Experience) -> Experience:
+    """A buffer row (no batch dimension) as OpenRLHF's generator makes a sample: every tensor with a batch
+    dimension of 1, ``info`` values of shape (1,). ``make_experience`` (``Experience.concat_experiences``)
+    takes samples of this form only."""
+    out = {}
+    for f in fields(Experience):
+        value = getattr(row, f.name)
+        if isinstance(value, torch.Tensor):
+            value = value.reshape(1, -1) if Experience.is_step_tensor_field(f.name) else value.reshape(1)
+        elif f.name == "info":
+            value = {k: torch.as_tensor(v).reshape(1) for k, v in value.items()}
+        elif isinstance(value, list):
+            value = list(value)
+        out[f.name] = value
+    return Experience(**out)
+
+
 def learner_old_logp(cross: Sequence[Experience], scored: Sequence[Experience]) -> None:
     """Naive's ``self_old`` reading (spec §2.5): each cross row's ratio denominator becomes the *learner's*
     pre-update mean log-prob of the row's tokens, from ``scored`` = the same rows through the learner's
