@@ -72,29 +72,53 @@ def cmd_build_agent(args) -> int:
     return 0
 
 
-def _supersede(cfg) -> None:
-    """Workflow mode (``--marker``): the workflow asked for this run, so a finished run in ``out_dir`` or one
-    with another config is stale: move it aside (never delete); an interrupted same-config run resumes.
-    """
-    from hacpo.runio import RunRecord
+def _reuse_or_supersede(cfg) -> bool:
+    """Workflow mode (``--marker``): the workflow asked for this run. A run in ``out_dir`` of the same spec
+    (config_hash) and inputs (:func:`hacpo.runio.input_fingerprint`) is kept: complete, it is reused (True:
+    nothing to train); interrupted, it resumes. Any other is stale: moved aside, never deleted. The inputs
+    read are recorded (``inputs.json``) for the next time."""
+    from hacpo.runio import RunRecord, atomic_write_json, input_fingerprint, read_json
 
     out = Path(cfg.out_dir)
+    inputs = input_fingerprint([cfg.train_file, cfg.val_file], [a.path for a in cfg.agents])
     prev = RunRecord.read(out)
-    if prev is None or (not prev.complete and prev.config_hash == cfg.config_hash()):
-        return
-    n = 1
-    while out.with_name(f"{out.name}.superseded-{n}").exists():
-        n += 1
-    out.rename(out.with_name(f"{out.name}.superseded-{n}"))
-    print(
-        f"moved the previous run to {out.name}.superseded-{n} (it was {prev.status})", file=sys.stderr
-    )
+    if prev is not None:
+        recorded = read_json(out / "inputs.json") if (out / "inputs.json").exists() else None
+        if prev.config_hash == cfg.config_hash() and recorded in (None, inputs):
+            if prev.complete:
+                print(f"reusing the complete run in {out} (same spec and inputs)", file=sys.stderr)
+                return True
+            return False
+        n = 1
+        while out.with_name(f"{out.name}.superseded-{n}").exists():
+            n += 1
+        out.rename(out.with_name(f"{out.name}.superseded-{n}"))
+        why = "another spec" if prev.config_hash != cfg.config_hash() else "other inputs"
+        print(f"moved the previous run to {out.name}.superseded-{n} ({prev.status}, {why})", file=sys.stderr)
+    atomic_write_json(out / "inputs.json", inputs)
+    return False
+
+
+def _runtime_options(text: str | None) -> dict:
+    """``hacpo train --runtime JSON``: runtime options only (the workflow passes them apart from the spec)."""
+    from hacpo.config import RUNTIME_OPTIONS
+    from hacpo.runio import json_arg
+
+    if not text:
+        return {}
+    opts = json_arg(text, "--runtime")
+    if unknown := sorted(set(opts) - set(RUNTIME_OPTIONS)):
+        raise ValueError(
+            f"--runtime takes runtime options only ({', '.join(RUNTIME_OPTIONS)}); {', '.join(unknown)} "
+            "change what the run computes: put them in the run config"
+        )
+    return opts
 
 
 def cmd_train(args) -> int:
     from hacpo.config import load_train_config
 
-    cfg = load_train_config(args.config, **_parse_sets(args.set))
+    cfg = load_train_config(args.config, **_runtime_options(args.runtime), **_parse_sets(args.set))
     if args.progress:
         cfg = cfg.model_copy(update={"progress": True})
     if args.engine == "openrlhf":
@@ -124,14 +148,14 @@ def cmd_train(args) -> int:
         from hacpo.engines.local import train as engine_train
     from hacpo.runio import atomic_write_json
 
-    if args.marker:
-        _supersede(cfg)
-    run = engine_train(cfg)
+    reused = args.marker and _reuse_or_supersede(cfg)
+    run = engine_train(cfg)  # a complete run returns at once
     summary = {
         "status": run.status,
         "step": run.step,
         "out_dir": cfg.out_dir,
         "config_hash": cfg.config_hash(),
+        **({"reused": True} if reused else {}),
     }
     if args.marker:
         atomic_write_json(args.marker, summary)
@@ -237,7 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("config", help="YAML/JSON run config file, or inline JSON (see hacpo.config.TrainConfig)")
     t.add_argument("--engine", default="local", choices=["local", "openrlhf"])
     t.add_argument(
-        "--marker", help="workflow mode: write this file when done; a stale run dir is moved aside"
+        "--marker",
+        help="workflow mode: write this file when done; a complete run of the same spec and inputs is "
+        "reused, a stale run dir moved aside",
+    )
+    t.add_argument(
+        "--runtime",
+        help="JSON: runtime options (threads, memory knobs, placement, logging), kept apart "
+        "from the run's identity",
     )
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
     t.add_argument("--progress", action="store_true")
@@ -256,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     w = e.add_argument_group("one workflow evaluation job (the evaluate rule)")
     w.add_argument("--source", help='JSON: {"model": PATH} or {"run": DIR, "agent": NAME}')
     w.add_argument("--settings", help="JSON (or @file) from Pipeline.eval_settings")
+    w.add_argument("--runtime", help="JSON (or @file) from Pipeline.eval_runtime: workers, batch, vLLM")
     e.add_argument(
         "--engine", default="local", choices=["local", "vllm"], help="generation backend (vllm: GPUs)"
     )

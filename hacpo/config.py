@@ -32,6 +32,28 @@ CrossClipLow = Annotated[float, AfterValidator(check_cross_clip_low)]
 DeltaStep = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "delta_step"))]
 
 
+# Options that change how a run executes, never what it computes: logging and progress, threads, devices and
+# placement, scorer workers, micro-batch and memory knobs, the OpenRLHF engine's GPUs, memory modes and
+# trackers. A run's identity (config_hash) and the workflow's rerun trigger leave them out, so changing one
+# never retrains a run; an interrupted run resumes under the new values.
+RUNTIME_OPTIONS = (
+    "progress",
+    "threads",
+    "scorer_workers",
+    "device",
+    "gradient_checkpointing",
+    "micro_batch_tokens",
+    "generation_batch_tokens",
+    "openrlhf",
+)
+
+
+def split_runtime(options: dict) -> tuple[dict, dict]:
+    """``options`` (run-config keys) → (what the run computes, its :data:`RUNTIME_OPTIONS`)."""
+    spec = {k: v for k, v in options.items() if k not in RUNTIME_OPTIONS}
+    return spec, {k: v for k, v in options.items() if k in RUNTIME_OPTIONS}
+
+
 class AgentRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
@@ -166,14 +188,17 @@ class TrainConfig(BaseModel):
         hyper = {k: getattr(self, k) for k in HACPO_KNOBS if getattr(self, k) is not None}
         return self.resolved_method().loss_spec(kl_beta=self.kl_beta, **hyper)
 
-    def config_hash(self) -> str:
-        """Identity of a run's maths: equal hashes resume each other; runtime knobs are left out."""
-        runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf"}
-        runtime |= {"gradient_checkpointing", "micro_batch_tokens", "generation_batch_tokens"}
-        keep = self.model_dump(exclude=runtime)
+    def run_spec(self) -> dict:
+        """What the run computes: every option except :data:`RUNTIME_OPTIONS`, defaults filled in."""
+        keep = self.model_dump(exclude=set(RUNTIME_OPTIONS))
         if keep["precision"] == "fp32":  # the default: runs from before the option keep their identity
             del keep["precision"]
-        return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+        return keep
+
+    def config_hash(self) -> str:
+        """Identity of a run's maths, the hash of :meth:`run_spec`: equal hashes resume (or, complete, reuse)
+        each other; runtime options are left out."""
+        return hashlib.sha256(json.dumps(self.run_spec(), sort_keys=True).encode()).hexdigest()[:16]
 
     def check_paths(self) -> None:
         """Existence checks, separate from schema validation so configs can be validated anywhere."""

@@ -56,6 +56,36 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def _quick_digest(path: Path, edge: int = 1 << 20) -> str:
+    """sha256 of a file's size, first and last ``edge`` bytes: weights of any size in milliseconds."""
+    h = hashlib.sha256(str(path.stat().st_size).encode())
+    with open(path, "rb") as f:
+        h.update(f.read(edge))
+        if path.stat().st_size > 2 * edge:
+            f.seek(-edge, os.SEEK_END)
+        h.update(f.read(edge))
+    return h.hexdigest()
+
+
+def input_fingerprint(data_files: Iterable[str | None], model_dirs: Iterable[str]) -> dict[str, str]:
+    """What a run read, by content: data files whole, a model directory by its files' names, sizes and (its
+    ``*.json``, tokenizer files) contents or (weights) first and last MiB. A complete run is reused only
+    while this is unchanged: a rebuilt agent or regenerated data with new content trains again, the same
+    content rewritten does not."""
+    out = {}
+    for f in data_files:
+        if f:
+            out[f] = sha256_file(f)
+    for d in model_dirs:
+        h = hashlib.sha256()
+        for p in sorted(q for q in Path(d).rglob("*") if q.is_file()):
+            h.update(str(p.relative_to(d)).encode())
+            small = p.suffix in (".json", ".txt", ".model", ".jinja") or p.stat().st_size <= 1 << 20
+            h.update((sha256_file(p) if small else _quick_digest(p)).encode())
+        out[d] = h.hexdigest()
+    return out
+
+
 def json_arg(text: str, what: str = "--spec") -> dict:
     """A JSON object given inline or as ``@path`` (command-line arguments of the workflow's rules)."""
     src = what

@@ -89,6 +89,51 @@ def test_train_from_yaml_with_overrides(tmp_path, toy_data, small_agent, capsys)
     assert "unknown method 'nope'" in capsys.readouterr().err
 
 
+def test_workflow_mode_reuses_a_complete_run_and_moves_aside_only_a_stale_one(
+    tmp_path, toy_data, small_agent, capsys
+):
+    """``hacpo train --marker`` (the train rule): a complete run of the same spec and inputs is reused under
+    new runtime options; another spec, or an input with new content, moves it aside and trains again."""
+    train = tmp_path / "train.jsonl"
+    train.write_bytes((toy_data / "train.jsonl").read_bytes())
+    spec = {
+        "method": "grpo",
+        "agents": [{"name": "a", "path": str(small_agent)}],
+        "train_file": str(train),
+        "out_dir": str(tmp_path / "run"),
+        "steps": 1,
+        "prompts_per_step": 4,
+        "group_size": 4,
+        "val_size": 0,
+    }
+    marker = tmp_path / "done.json"
+
+    def job(spec, runtime=None):
+        argv = ["train", json.dumps(spec), "--marker", str(marker)]
+        assert main(argv + (["--runtime", json.dumps(runtime)] if runtime else [])) == 0, capsys.readouterr()
+        return json.loads(marker.read_text()), capsys.readouterr().err
+
+    first, _ = job(spec)
+    assert first["status"] == "complete" and "reused" not in first
+    trained = (tmp_path / "run" / "metrics.jsonl").stat().st_mtime_ns
+    again, err = job(spec, {"threads": 2, "micro_batch_tokens": 4096, "scorer_workers": 1})
+    assert again == {**first, "reused": True} and "reusing the complete run" in err
+    assert (tmp_path / "run" / "metrics.jsonl").stat().st_mtime_ns == trained
+    assert not list(tmp_path.glob("run.superseded-*"))
+
+    train.write_bytes(train.read_bytes())  # rewritten, same content: still reused
+    assert job(spec)[0].get("reused")
+    lines = train.read_text().splitlines(keepends=True)
+    train.write_text("".join(reversed(lines)))  # new content: trained again, the old run kept aside
+    _, err = job(spec)
+    assert "run.superseded-1 (complete, other inputs)" in err and (tmp_path / "run.superseded-1").is_dir()
+    _, err = job({**spec, "lr": 1e-5})
+    assert "run.superseded-2 (complete, another spec)" in err
+
+    assert main(["train", json.dumps(spec), "--runtime", '{"lr": 0.1}']) == 2
+    assert "--runtime takes runtime options only" in capsys.readouterr().err
+
+
 def test_data_and_methods(tmp_path, capsys):
     assert (
         main(

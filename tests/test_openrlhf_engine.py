@@ -183,7 +183,7 @@ def test_workflow_passes_gpus_engine_and_vllm_settings():
     single = pipe.train_config(pipe.run_at("single", "qwen3_8b_base", "gspo", 42))
     assert single["openrlhf"]["gpus_per_node"] == 8
     assert pipe.eval_engine == "vllm" and pipe.eval_gpus("base/qwen3_4b") == 1
-    assert pipe.eval_settings("len8k")["vllm"]["max_model_len"] == 1024 + 8196
+    assert pipe.eval_runtime("len8k")["vllm"]["max_model_len"] == 1024 + 8196
     assert pipe.conda_env.endswith("hacpo-gpu.yaml")
     local = Pipeline(yaml.safe_load((ROOT / "config" / "config.yaml").read_text()))
     run = local.runs[0]

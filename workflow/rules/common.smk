@@ -1,5 +1,5 @@
 # Config validation, wildcard constraints and the thin input/params functions over hacpo.pipeline.
-from hacpo.pipeline import Pipeline, as_json
+from hacpo.pipeline import Pipeline, Unrecorded, as_json
 from hacpo.pipeline.hooks import put_interpreter_on_path, start_worker, stop_worker
 from hacpo.pipeline.targets import TARGET_PATTERN
 
@@ -29,8 +29,12 @@ def train_inputs(wildcards):
     return PIPE.train_inputs(_run(wildcards))
 
 
-def train_params(wildcards):
-    return as_json(PIPE.train_config(_run(wildcards)))
+def train_spec(wildcards):
+    return as_json(PIPE.train_spec(_run(wildcards)))
+
+
+def train_runtime(wildcards):
+    return Unrecorded(PIPE.train_runtime(_run(wildcards)))
 
 
 def train_gpus(wildcards):
@@ -63,6 +67,10 @@ def eval_source(wildcards):
 
 def eval_settings(wildcards):
     return as_json(PIPE.eval_settings(wildcards.setting))
+
+
+def eval_runtime(wildcards):
+    return Unrecorded(PIPE.eval_runtime(wildcards.setting))
 
 
 def eval_gpus(wildcards):

@@ -17,11 +17,12 @@ rule evaluate:
         gpu=eval_gpus,
     params:
         source=eval_source,
-        settings=eval_settings,
+        settings=eval_settings,  # what the job computes: a change reruns it
+        runtime=eval_runtime,  # scorer workers, batch budget, vLLM options: never a rerun
         engine=PIPE.eval_engine,
     shell:
-        "hacpo eval --source {params.source:q} --settings {params.settings:q} --engine {params.engine}"
-        " --out results/eval/{wildcards.setting}/{wildcards.target} > {log} 2>&1"
+        "hacpo eval --source {params.source:q} --settings {params.settings:q} --runtime {params.runtime:q}"
+        " --engine {params.engine} --out results/eval/{wildcards.setting}/{wildcards.target} > {log} 2>&1"
 
 
 # On demand (not part of `all`): score saved responses again, e.g. after a gold-answer fix, without generating:

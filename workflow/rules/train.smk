@@ -1,6 +1,7 @@
 # Training: one rule for every run. Single-agent baselines (kind=single, group=model) are trained once per
 # model and shared by every pair; joint runs (kind=joint, group=pair) train the pair's agents together.
-# A run directory keeps its checkpoints when a job is interrupted; the rerun resumes from them.
+# A run directory keeps its checkpoints when a job is interrupted; the rerun resumes from them, and a complete
+# run of the same spec and inputs is reused.
 
 
 rule train:
@@ -17,10 +18,12 @@ rule train:
     resources:
         gpu=train_gpus,
     params:
-        run=train_params,
+        run=train_spec,  # what the run computes: a change reruns it
+        runtime=train_runtime,  # how it runs (threads, memory knobs, placement, logging): never a rerun
         engine=PIPE.cfg.engine,
     shell:
-        "hacpo train {params.run:q} --engine {params.engine} --marker {output} > {log} 2>&1"
+        "hacpo train {params.run:q} --runtime {params.runtime:q} --engine {params.engine} --marker {output}"
+        " > {log} 2>&1"
 
 
 rule train_all:
