@@ -217,6 +217,25 @@ def test_worker_command_line(sockdir):
     assert args.func(args) == 1  # no server: says so, fails
 
 
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("hacpo.cli", "expected MODULE:FUNCTION"),
+        ("hacpo.nope:main", "cannot be loaded"),
+        ("hacpo.cli:nope", "cannot be loaded"),
+    ],
+)
+def test_the_server_runs_a_named_entry_point_and_refuses_a_bad_one(sockdir, entry, message):
+    """The server imports nothing of the CLI: it runs the entry point it is given (hacpo.cli:main by
+    default), so ``hacpo.cli`` → ``hacpo.worker`` is the only direction."""
+    from hacpo.cli import main
+    from hacpo.worker.server import DEFAULT_ENTRY, load_entry, serve
+
+    assert load_entry(DEFAULT_ENTRY) is main
+    with pytest.raises(RuntimeError, match=message):
+        serve(str(sockdir / "e.sock"), preload=False, entry=entry)
+
+
 def _serve(sock: str, *args: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "hacpo.worker", "serve", "--socket", sock, "--no-preload", *args]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -1,33 +1,9 @@
-"""Warm worker: a fork server that keeps torch/transformers imported, so short ``hacpo`` jobs start in ms.
-
-Why: Snakemake runs every job as its own ``hacpo ...`` process, and each pays ~4 s of ``import torch,
-transformers`` before doing a fraction of a second of work. The server imports the heavy modules once, then
-``fork()``s a child per request that runs ``hacpo.cli.main(argv)`` with the client's argv, cwd, environment
-and stdin/stdout/stderr (the client's own file descriptors, passed over the socket), so output, exit codes and
-relative paths behave exactly as an in-process run.
-
-Client: :func:`delegate` (standard library only; the ``hacpo`` entry point calls it first). It delegates only
-when ``$HACPO_WORKER`` names a live socket; otherwise it returns None and the caller runs in-process. The
-``worker`` command itself is never delegated.
-
-Protocol, one Unix stream connection per request, newline-terminated JSON:
-
-- client → server ``{"argv", "cwd", "env"}`` with fds 0, 1, 2 attached (SCM_RIGHTS);
-  server → client ``{"pid": child}`` once forked, then ``{"rc": exit code}`` when the child exits
-  (a signal-killed child reports 128 + signal, as a shell does). Client EOF = job cancelled: the server
-  SIGTERMs the child's process group, then SIGKILLs it 5 s later.
-- ``{"op": "ping"}`` → ``{"pid": server}`` (readiness probe);
-  ``{"op": "stop"}`` → ``{"pid": server}``, then EOF once the server has terminated its children and exited.
-
-Fork safety: the server runs no torch op, tokenizer or CUDA call and starts no thread; the only native thread
-after preloading is OpenBLAS's pool (started by ``import numpy``), which OpenBLAS itself shuts down in its
-``pthread_atfork`` handler, so from the first fork on the server is single-threaded. It is one ``selectors``
-loop over the listening socket, the client connections and each child's pidfd (Linux ≥ 5.3).
-"""
+"""The warm worker's fork server: preloads the heavy modules, then forks a child per request that becomes the
+client's process and runs the entry point (``MODULE:FUNCTION``, called with the client's argv)."""
 
 from __future__ import annotations
 
-import argparse
+import importlib
 import json
 import os
 import selectors
@@ -36,7 +12,9 @@ import socket
 import sys
 import time
 
-ENV_VAR = "HACPO_WORKER"
+from .client import ENV_VAR
+
+DEFAULT_ENTRY = "hacpo.cli:main"
 KILL_GRACE_S = 5.0
 """Seconds between SIGTERM and SIGKILL when a job is cancelled or the server stops."""
 PRELOAD = (
@@ -66,129 +44,7 @@ PRELOAD = (
 _PRELOAD_ATTRS = ("LlamaForCausalLM", "Qwen3ForCausalLM", "AutoTokenizer")  # transformers' lazy attributes
 _MAX_REQUEST = 16 << 20
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-_SPAWNED: list = []  # Popen objects of start_background, kept so they are not reported as leaked
 
-
-# --------------------------------------------------------------------------------------------------------
-# Client side (standard library only: this path must cost milliseconds)
-
-
-class _Signalled(Exception):
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _read_msg(sock: socket.socket, buf: bytearray) -> dict | None:
-    """Next JSON line from ``sock`` (None on EOF); ``buf`` keeps bytes received past it."""
-    while b"\n" not in buf:
-        chunk = sock.recv(65536)
-        if not chunk:
-            return None
-        buf += chunk
-    line, _, rest = bytes(buf).partition(b"\n")
-    buf[:] = rest
-    return json.loads(line)
-
-
-def _connect(path: str | None) -> socket.socket | None:
-    if not path:
-        return None
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(path)
-    except OSError:  # absent, stale (ECONNREFUSED), not a socket, no permission: no server to talk to
-        sock.close()
-        return None
-    return sock
-
-
-def _request(path: str, msg: dict, timeout_s: float = 10.0) -> tuple[socket.socket, dict] | None:
-    """Send a control message; the open socket and the first reply, or None if no server answers."""
-    sock = _connect(path)
-    if sock is None:
-        return None
-    try:
-        sock.settimeout(timeout_s)
-        sock.sendall(json.dumps(msg).encode() + b"\n")
-        reply = _read_msg(sock, bytearray())
-    except (OSError, ValueError):
-        reply = None
-    if reply is None:
-        sock.close()
-        return None
-    return sock, reply
-
-
-def ping(socket_path: str, timeout_s: float = 10.0) -> int | None:
-    """PID of the server listening on ``socket_path``, or None if none answers."""
-    res = _request(socket_path, {"op": "ping"}, timeout_s)
-    if res is None:
-        return None
-    res[0].close()
-    return res[1].get("pid")
-
-
-def delegate(argv: list[str]) -> int | None:
-    """Run ``hacpo <argv>`` in the warm worker named by ``$HACPO_WORKER``; its exit code, or None.
-
-    None means "nothing ran, run in-process": the variable is unset, the socket is absent or stale, argv is
-    the ``worker`` command, or the server went away (e.g. its idle timeout) before starting the job.
-    SIGTERM/SIGINT close the connection, which makes the server kill the job, and return 128 + signal.
-    """
-    argv = list(argv)
-    if argv[:1] == ["worker"]:
-        return None
-    sock = _connect(os.environ.get(ENV_VAR))
-    if sock is None:
-        return None
-    old: dict[int, object] = {}
-
-    def on_signal(signum, _frame):
-        raise _Signalled(signum)
-
-    try:
-        try:
-            for s in (signal.SIGTERM, signal.SIGINT):
-                old[s] = signal.signal(s, on_signal)
-        except ValueError:  # not the main thread: cannot handle signals, run without
-            pass
-        buf = bytearray()
-        try:
-            req = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode() + b"\n"
-            sent = socket.send_fds(sock, [req], [0, 1, 2])
-            sock.sendall(req[sent:])
-            ack = _read_msg(sock, buf)
-        except (OSError, ValueError):
-            ack = None
-        if ack is None or "pid" not in ack:
-            if ack is not None:
-                print(
-                    f"hacpo: warm worker refused the job ({ack.get('error')}); running here", file=sys.stderr
-                )
-            return None
-        try:
-            res = _read_msg(sock, buf)
-        except (OSError, ValueError):
-            res = None
-        if res is None or "rc" not in res:
-            print(
-                f"hacpo: lost the connection to the warm worker ({os.environ.get(ENV_VAR)}) while it ran "
-                f"`hacpo {' '.join(argv)}` (child pid {ack['pid']}); its exit status is unknown",
-                file=sys.stderr,
-            )
-            return 1
-        return int(res["rc"])
-    except _Signalled as sig:
-        return 128 + sig.signum
-    finally:
-        sock.close()  # before restoring handlers: a cancelled job must see EOF even if we die right after
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-# --------------------------------------------------------------------------------------------------------
-# Server side
 
 
 def _log(msg: str) -> None:
@@ -201,7 +57,6 @@ def _preload() -> None:
     """Import the heavy modules once. Imports only: running a torch op or a tokenizer here would start
     thread pools that a forked child inherits in a broken state."""
     import gc
-    import importlib
 
     t0 = time.perf_counter()
     os.environ.setdefault("MPLBACKEND", "Agg")
@@ -263,8 +118,20 @@ class _Job:
         self.t0 = time.monotonic()
 
 
+def load_entry(spec: str):
+    """``MODULE:FUNCTION`` → the function (imported now, in the server: children inherit it)."""
+    module, sep, name = spec.partition(":")
+    if not sep or not module or not name:
+        raise RuntimeError(f"entry point {spec!r}: expected MODULE:FUNCTION, e.g. {DEFAULT_ENTRY}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as err:
+        raise RuntimeError(f"entry point {spec!r} cannot be loaded: {err}") from None
+
+
 class _Server:
-    def __init__(self, path: str, idle_timeout_s: float | None, parent_pid: int | None):
+    def __init__(self, path: str, idle_timeout_s: float | None, parent_pid: int | None, entry=None):
+        self.entry = entry
         self.path = os.path.abspath(path)
         self.idle_timeout_s = idle_timeout_s
         self.parent_pid = parent_pid
@@ -534,14 +401,12 @@ class _Server:
             os.chdir(req["cwd"])
             os.environ.clear()
             os.environ.update(req["env"])
-            os.environ.pop(ENV_VAR, None)  # hacpo.cli.main must run here, never delegate back to us
+            os.environ.pop(ENV_VAR, None)  # the entry point must run here, never delegate back to us
             _reseed()
             _reapply_import_time_env()
             _adopt_stdio()
             sys.argv = ["hacpo", *req["argv"]]
-            from hacpo.cli import main
-
-            rc = _exit_code(main(req["argv"]))
+            rc = _exit_code(self.entry(req["argv"]))
         except SystemExit as err:
             rc = _exit_code(err.code)
         except KeyboardInterrupt:
@@ -636,12 +501,15 @@ def serve(
     preload: bool = True,
     idle_timeout_s: float | None = 600,
     parent_pid: int | None = None,
+    entry: str = DEFAULT_ENTRY,
 ) -> None:
     """Serve requests on ``socket_path`` until stopped, signalled, idle for ``idle_timeout_s`` with nothing
-    running (None: never), or ``parent_pid`` exits. Raises RuntimeError if a live server owns the path.
-    Meant to be a process's main: it installs handlers for SIGTERM/SIGINT/SIGHUP (they stop the server)."""
+    running (None: never), or ``parent_pid`` exits; each request runs ``entry`` (``MODULE:FUNCTION``, called
+    with the request's argv) in a forked child. Raises RuntimeError if a live server owns the path or the
+    entry point cannot be loaded. Meant to be a process's main: it installs handlers for SIGTERM/SIGINT/SIGHUP
+    (they stop the server)."""
     _ensure_std_fds()
-    server = _Server(socket_path, idle_timeout_s, parent_pid)
+    server = _Server(socket_path, idle_timeout_s, parent_pid, load_entry(entry))
     try:
         server.listen()  # before preloading: a duplicate fails fast; early clients just wait for the loop
         if not server.watch():
@@ -655,117 +523,3 @@ def serve(
         server.close()
     _log("exited")
 
-
-def start_background(
-    socket_path: str,
-    log_path: str,
-    *,
-    idle_timeout_s: float = 600,
-    parent_pid: int | None = None,
-    wait_s: float = 60,
-    preload: bool = True,
-) -> int:
-    """Start a detached server (own session, output appended to ``log_path``) and wait until it answers
-    (preloading takes seconds); its PID. RuntimeError naming the log if it does not come up."""
-    import subprocess
-
-    _SPAWNED[:] = [p for p in _SPAWNED if p.poll() is None]  # reap servers that have exited
-    cmd = [sys.executable, "-m", "hacpo.worker", "serve", "--socket", socket_path]
-    cmd += ["--idle-timeout", str(idle_timeout_s)] + (["--parent-pid", str(parent_pid)] if parent_pid else [])
-    cmd += [] if preload else ["--no-preload"]
-    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k != ENV_VAR}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True
-        )
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"hacpo worker exited with status {proc.returncode} on start; see {log_path}")
-        if ping(socket_path, timeout_s=max(0.1, deadline - time.monotonic())) == proc.pid:
-            _SPAWNED.append(proc)
-            return proc.pid
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"hacpo worker did not answer on {socket_path} within {wait_s:g} s; see {log_path}")
-
-
-def stop(socket_path: str, timeout_s: float = 30) -> bool:
-    """Stop the server (its running children get SIGTERM) and wait until it has exited; False if none."""
-    res = _request(socket_path, {"op": "stop"})
-    if res is None:
-        return False
-    sock = res[0]
-    try:
-        sock.settimeout(timeout_s)
-        while sock.recv(4096):
-            pass
-    except OSError:
-        pass
-    finally:
-        sock.close()
-    return True
-
-
-# --------------------------------------------------------------------------------------------------------
-# Command line: `hacpo worker ...` (add_cli) and `python -m hacpo.worker ...`
-
-
-def _add_actions(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="action", required=True)
-    default = os.environ.get(ENV_VAR)
-    sock = dict(default=default, required=not default, help=f"socket path (default: ${ENV_VAR})")
-    s = sub.add_parser("serve", help="run the server in the foreground")
-    t = sub.add_parser("start", help="start a detached server and wait until it is ready")
-    for p in (s, t):
-        p.add_argument("--socket", **sock)
-        p.add_argument("--idle-timeout", type=float, default=600, help="exit after this many idle seconds")
-        p.add_argument("--parent-pid", type=int, default=None, help="exit when this process exits")
-    s.add_argument("--no-preload", action="store_true", help="do not import torch etc. up front")
-    t.add_argument("--log", default=None, help="server log (default: <socket>.log)")
-    sub.add_parser("stop", help="stop the server and its running jobs").add_argument("--socket", **sock)
-
-
-def _cmd_worker(args) -> int:
-    if args.action == "serve":
-        try:
-            serve(
-                args.socket,
-                preload=not args.no_preload,
-                idle_timeout_s=args.idle_timeout,
-                parent_pid=args.parent_pid,
-            )
-        except RuntimeError as err:
-            print(f"hacpo worker: error: {err}", file=sys.stderr)
-            return 1
-        return 0
-    if args.action == "start":
-        log = args.log or args.socket + ".log"
-        try:
-            pid = start_background(
-                args.socket, log, idle_timeout_s=args.idle_timeout, parent_pid=args.parent_pid
-            )
-        except RuntimeError as err:
-            print(f"hacpo worker: error: {err}", file=sys.stderr)
-            return 1
-        print(f"hacpo worker {pid} serving on {args.socket} (log: {log}); export {ENV_VAR}={args.socket}")
-        return 0
-    if stop(args.socket):
-        return 0
-    print(f"hacpo worker: no server on {args.socket}", file=sys.stderr)
-    return 1
-
-
-def add_cli(subparsers) -> None:
-    """Register ``hacpo worker {serve,start,stop}`` on the CLI's subparsers."""
-    w = subparsers.add_parser("worker", help="warm worker: serve hacpo commands from preloaded forks")
-    _add_actions(w)
-    w.set_defaults(func=_cmd_worker)
-
-
-if __name__ == "__main__":
-    _parser = argparse.ArgumentParser(prog="python -m hacpo.worker", description=__doc__.splitlines()[0])
-    _add_actions(_parser)
-    sys.exit(_cmd_worker(_parser.parse_args()))
