@@ -47,6 +47,7 @@ from hacpo.algo import (
 from hacpo.config import TrainConfig
 from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
+from hacpo.engines.core import RunLoop
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
@@ -211,6 +212,8 @@ class LocalTrainer:
         self.same_tok = [[same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.validation = MetricsLog(self.out / "validation.jsonl")
+        names = [a.name for a in self.agents]
+        self.loop = RunLoop(cfg, names, self.metrics, self.validation, val_size=len(self.val))
         self.phase = Phases(self.device)
         self.gen_tokens = 0
         if cfg.old_logp == "auto":  # the sampler's log-probs are π_old exactly only where the decoder and
@@ -236,11 +239,8 @@ class LocalTrainer:
         return self.cfg.config_hash()
 
     def _start_or_resume(self) -> int:
-        """The step to start from: 0, the newest checkpoint every agent has, or -1 (already complete).
-
-        A checkpoint at step s is written after step s's metrics row and validation, so on resume the logs
-        keep exactly the rows of steps < s (metrics) and ≤ s (validation); a validation at s that a damaged
-        log lacks is run again (greedy: no RNG use, so the resumed run stays bitwise)."""
+        """The step to start from: 0, the newest checkpoint every agent has, or -1 (already complete); the
+        logs cut back to it and the validation at it run where due (:meth:`RunLoop.resume`)."""
         prev = RunRecord.for_config(self.out, self.config_hash())
         if prev is not None and prev.complete:
             return -1
@@ -250,13 +250,7 @@ class LocalTrainer:
         if start:
             print(f"resuming {self.out} from its step-{start} checkpoint", file=sys.stderr, flush=True)
             self._load_checkpoint(start)
-        self.metrics.truncate_to(start)
-        self.validation.truncate_to(start + 1 if start else 0)
-        if start and self.cfg.validation_due(start):
-            validated = {r["agent"] for r in self.validation.read() if r.get("step") == start}
-            if validated != {a.name for a in self.agents}:
-                self.validation.truncate_to(start)
-                self.validate(start)
+        self.loop.resume(start, self.validate)
         self._write_run_json("running", start)
         if start:
             self._prune_checkpoints(start)
@@ -561,13 +555,11 @@ class LocalTrainer:
 
     # ----------------------------------------------------------------------------- validation
     @torch.no_grad()
-    def validate(self, step: int) -> dict[str, float]:
-        if not self.val:
-            return {}
+    def validate(self, step: int) -> list[float]:
+        """Greedy accuracy of every agent on the validation problems (the run loop logs it)."""
         with self.phase("validate"), self.autocast():
-            accs = {}
-            for agent in self.agents:
-                accs[agent.name] = greedy_accuracy(
+            return [
+                greedy_accuracy(
                     agent.model,
                     agent.tok,
                     self.val,
@@ -576,10 +568,8 @@ class LocalTrainer:
                     self.scorer.score,
                     batch_tokens=self.cfg.generation_batch_tokens,
                 )
-                self.validation.append(
-                    {"step": step, "agent": agent.name, "acc": accs[agent.name], "n": len(self.val)}
-                )
-        return accs
+                for agent in self.agents
+            ]
 
     # ----------------------------------------------------------------------------- main loop
     def train(self) -> RunRecord:
@@ -588,29 +578,22 @@ class LocalTrainer:
 
     def _train(self) -> RunRecord:
         cfg = self.cfg
+        wall0 = time.perf_counter()  # the step-0 (or resume-point) validation included
         start = self._start_or_resume()
         if start < 0:
             return RunRecord.read(self.out)
-        wall0 = time.perf_counter()
-        if start == 0:
-            self.validate(0)
-        steps = range(start, cfg.steps)
         bar = None
         if cfg.progress:
             from tqdm import tqdm
 
             bar = tqdm(total=cfg.steps, initial=start, desc=f"{cfg.method}", unit="step")
-        for step in steps:
-            row = self.train_step(step)
-            self.metrics.append(row)
-            done = step + 1
-            if self.cfg.validation_due(done):
-                self.validate(done)
-            if cfg.checkpoint_due(done):
-                self._save_checkpoint(done)
+
+        def progress(row: dict) -> None:
             if bar:
                 bar.update(1)
                 bar.set_postfix({a.name: f"{row[f'{a.name}/reward']:.2f}" for a in self.agents})
+
+        self.loop.run(start, self.train_step, self.validate, self._save_checkpoint, on_row=progress)
         if bar:
             bar.close()
         wall = time.perf_counter() - wall0

@@ -35,6 +35,7 @@ from hacpo.algo import CapabilityTracker
 from hacpo.algo.methods import Method
 from hacpo.config import TrainConfig
 from hacpo.data.synthetic import Problem, as_problem
+from hacpo.engines.core import RunLoop
 from hacpo.engines.phases import Phases
 from hacpo.runio import MetricsLog, atomic_write_json
 
@@ -195,11 +196,10 @@ def rollout_seed(seed: int, step: int, agent: int) -> int:
 
 
 class JointLoop:
-    """A joint run's steps around :class:`JointStep`: the local engine's prompt batches, validation before
-    training, every ``val_every`` steps and at the end, checkpoints every ``checkpoint_every`` steps with the
-    controller's state (step, capability window) written last, so a kill resumes from the newest step every
-    agent saved; ``metrics.jsonl`` and ``validation.jsonl`` keep the rows before it (the local engine's
-    resume contract)."""
+    """A joint run's steps around :class:`JointStep`, through the run loop both engines share
+    (:class:`hacpo.engines.core.RunLoop`: the local engine's prompt batches, validation points, the logs'
+    resume contract). A checkpoint is every agent's, then the controller's state (step, capability window)
+    written last, so a kill resumes from the newest step every agent saved."""
 
     def __init__(self, cfg: TrainConfig, stacks: list[AgentStack], state_file: Path, on_row=None):
         from hacpo.engines.local.trainer import read_problems
@@ -217,63 +217,47 @@ class JointLoop:
         out = Path(cfg.out_dir)
         self.metrics = MetricsLog(out / "metrics.jsonl")
         self.validation = MetricsLog(out / "validation.jsonl")
+        names = [s.name for s in stacks]
+        self.loop = RunLoop(cfg, names, self.metrics, self.validation, val_size=len(self.val))
 
     def start(self) -> int:
-        """The step to start from (the controller state's); logs cut back to it; ω's window restored."""
+        """The step to start from (the controller state's); ω's window restored; the logs cut back to it and
+        the validation at it run where due."""
         state = read_state(self.state_file)
         start = state["step"]
         if start:
             self.step.tracker.load_state_dict(state["tracker"])
-        self.metrics.truncate_to(start)
-        self.validation.truncate_to(start + 1 if start else 0)
+        self.loop.resume(start, self.validate)
         return start
 
     def run(self) -> int:
         from hacpo.engines.local.trainer import batch_for_step
 
         cfg = self.cfg
-        start = self.start()
-        t0 = time.perf_counter()
-        if start == 0 or (self._due(start) and not self._validated(start)):
-            self.validation.truncate_to(start)
-            self.validate(start)
-        validate_s = time.perf_counter() - t0  # counted in the next row: profile.json sums the rows
-        for step in range(start, cfg.steps):
+
+        def train_step(step: int) -> dict:
             idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
-            row = self.step.run(step, [self.problems[i] for i in idx])
-            done = step + 1
-            t0 = time.perf_counter()
-            if self._due(done):
-                self.validate(done)
-            row["time/validate_s"] = validate_s + time.perf_counter() - t0
-            validate_s = 0.0
-            self.metrics.append(row)
-            if self.on_row:
-                self.on_row(row)
-            if cfg.checkpoint_due(done):
-                for stack in self.stacks:
-                    stack.save_checkpoint(done)
-                write_state(self.state_file, done, self.step.tracker)  # last: the step is now resumable
+            return self.step.run(step, [self.problems[i] for i in idx])
+
+        def save_checkpoint(done: int) -> None:
+            for stack in self.stacks:
+                stack.save_checkpoint(done)
+            write_state(self.state_file, done, self.step.tracker)  # last: the step is now resumable
+
+        self.loop.run(self.start(), train_step, self.validate, save_checkpoint, on_row=self.on_row)
         for stack in self.stacks:
             stack.save_model()
         return cfg.steps
 
-    def _due(self, done: int) -> bool:
-        return bool(self.val) and self.cfg.validation_due(done)
-
-    def _validated(self, step: int) -> bool:
-        names = {r["agent"] for r in self.validation.read() if r.get("step") == step}
-        return names == {s.name for s in self.stacks}
-
-    def validate(self, step: int) -> None:
-        if not self.val:
-            return
+    def validate(self, step: int) -> list[float]:
+        """Greedy accuracy of every agent on the validation problems (the run loop logs it)."""
         labels = [p.answer for p in self.val]
+        accs = []
         for stack in self.stacks:
             texts = [prompt_text(stack.tokenizer, p, self.cfg.prompt_style) for p in self.val]
             rewards = stack.evaluate(texts, labels)
-            acc = sum(rewards) / len(rewards)
-            self.validation.append({"step": step, "agent": stack.name, "acc": acc, "n": len(self.val)})
+            accs.append(sum(rewards) / len(rewards))
+        return accs
 
 
 def read_state(path: Path) -> dict:

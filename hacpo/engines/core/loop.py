@@ -1,0 +1,83 @@
+"""The run loop of every joint and local run, written once (the local trainer and the OpenRLHF controller
+both drive their steps through it): the step schedule, the validation points, checkpoints, and the logs'
+resume contract.
+
+- Validation runs before training (step 0), every ``val_every`` steps and after the last step
+  (:meth:`TrainConfig.validation_due`); one ``validation.jsonl`` row per agent: ``step, agent, acc, n``.
+- Step ``s``'s ``metrics.jsonl`` row is appended after the validation at ``s + 1`` (the row carries that
+  validation's time, ``time/validate_s``, and the step-0 validation's in the first row), then the
+  checkpoint at ``s + 1`` if due.
+- So a checkpoint at ``s`` exists only after metrics rows ``< s`` and validation rows ``≤ s``: a run
+  resumed at ``s`` cuts the logs back to exactly those and re-runs the validation at ``s`` if it is due and a
+  kill lost part of it (greedy decoding: no random state is used, so the resumed run stays bitwise).
+
+Where a run resumes from (the newest step every agent checkpointed) is the engine's to say.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hacpo.config import TrainConfig
+from hacpo.runio import MetricsLog
+
+Validate = Callable[[int], Sequence[float]]  # step → greedy accuracy of every agent, in agent order
+
+
+@dataclass
+class RunLoop:
+    cfg: TrainConfig
+    agents: Sequence[str]
+    metrics: MetricsLog
+    validation: MetricsLog
+    val_size: int  # validation problems (0: no validation)
+
+    def __post_init__(self) -> None:
+        self._validate_s = 0.0  # validation time not yet counted in a metrics row
+
+    def due(self, done: int) -> bool:
+        return self.val_size > 0 and self.cfg.validation_due(done)
+
+    def resume(self, start: int, validate: Validate) -> None:
+        """Cut the logs back to a run starting at ``start`` (0: a fresh run) and validate at ``start`` where
+        that is due and not already complete in the log."""
+        self.metrics.truncate_to(start)
+        self.validation.truncate_to(start + 1 if start else 0)
+        if not self.due(start):
+            return
+        validated = {r["agent"] for r in self.validation.read() if r.get("step") == start}
+        if start == 0 or validated != set(self.agents):
+            self.validation.truncate_to(start)
+            self.validate(start, validate)
+
+    def validate(self, step: int, validate: Validate) -> None:
+        t0 = time.perf_counter()
+        accs = list(validate(step))
+        if len(accs) != len(self.agents):
+            raise ValueError(f"validation gave {len(accs)} accuracies for agents {list(self.agents)}")
+        for agent, acc in zip(self.agents, accs, strict=True):
+            self.validation.append({"step": step, "agent": agent, "acc": float(acc), "n": self.val_size})
+        self._validate_s += time.perf_counter() - t0
+
+    def run(
+        self,
+        start: int,
+        train_step: Callable[[int], dict],
+        validate: Validate,
+        save_checkpoint: Callable[[int], None],
+        on_row: Callable[[dict], None] | None = None,
+    ) -> None:
+        """Steps ``start … steps − 1``: each step's row, the validation and checkpoint after it when due."""
+        for step in range(start, self.cfg.steps):
+            row = train_step(step)
+            done = step + 1
+            if self.due(done):
+                self.validate(done, validate)
+            row["time/validate_s"], self._validate_s = self._validate_s, 0.0
+            self.metrics.append(row)
+            if on_row is not None:
+                on_row(row)
+            if self.cfg.checkpoint_due(done):
+                save_checkpoint(done)

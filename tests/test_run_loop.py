@@ -1,0 +1,101 @@
+"""hacpo.engines.core.RunLoop: the run loop both engines drive their steps through (schedule, validation
+points, checkpoints, the logs' resume contract), with an engine made of plain callables."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hacpo.config import load_train_config
+from hacpo.engines.core import RunLoop
+from hacpo.runio import MetricsLog
+
+
+def _loop(tmp_path, val_size=4, **cfg):
+    config = load_train_config(
+        {
+            "method": "hacpo",
+            "agents": [{"name": "a", "path": "x"}, {"name": "b", "path": "y"}],
+            "train_file": "t",
+            "out_dir": str(tmp_path),
+            **cfg,
+        }  # fmt: skip
+    )
+    logs = MetricsLog(tmp_path / "metrics.jsonl"), MetricsLog(tmp_path / "validation.jsonl")
+    return RunLoop(config, ["a", "b"], *logs, val_size=val_size)
+
+
+class Engine:
+    """Records what the loop asked of it, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def train_step(self, step):
+        self.calls.append(("step", step))
+        return {"step": step, "a/reward": 0.5}
+
+    def validate(self, step):
+        self.calls.append(("validate", step))
+        return [step / 10, step / 100]
+
+    def save_checkpoint(self, step):
+        self.calls.append(("checkpoint", step))
+
+
+def test_a_fresh_run_validates_at_0_every_val_every_and_at_the_end(tmp_path):
+    loop, engine = _loop(tmp_path, steps=5, val_every=2, checkpoint_every=2), Engine()
+    loop.resume(0, engine.validate)
+    loop.run(0, engine.train_step, engine.validate, engine.save_checkpoint)
+    assert engine.calls == [
+        ("validate", 0), ("step", 0), ("step", 1), ("validate", 2), ("checkpoint", 2), ("step", 2),
+        ("step", 3), ("validate", 4), ("checkpoint", 4), ("step", 4), ("validate", 5), ("checkpoint", 5),
+    ]  # fmt: skip
+    rows = loop.validation.read()
+    assert [(r["step"], r["agent"]) for r in rows] == [(s, a) for s in (0, 2, 4, 5) for a in "ab"]
+    assert rows[-1] == {"step": 5, "agent": "b", "acc": 0.05, "n": 4}
+    metrics = loop.metrics.read()
+    assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4]
+    assert all(r["time/validate_s"] >= 0 for r in metrics)
+
+
+def test_without_validation_problems_nothing_is_validated(tmp_path):
+    loop, engine = _loop(tmp_path, val_size=0, steps=2), Engine()
+    loop.resume(0, engine.validate)
+    loop.run(0, engine.train_step, engine.validate, engine.save_checkpoint)
+    assert ("validate", 0) not in engine.calls and loop.validation.read() == []
+
+
+@pytest.mark.parametrize("lost", ["nothing", "half the validation at the checkpoint"])
+def test_a_resumed_run_keeps_exactly_the_rows_before_its_checkpoint(tmp_path, lost):
+    """Killed after step 3's row (checkpoint at 2): the resume at 2 keeps metrics < 2 and validation ≤ 2,
+    re-validates at 2 only where a kill lost part of it, and the logs end as an uninterrupted run's."""
+    whole, engine = _loop(tmp_path / "whole", steps=4, val_every=1, checkpoint_every=2), Engine()
+    whole.resume(0, engine.validate)
+    whole.run(0, engine.train_step, engine.validate, engine.save_checkpoint)
+
+    loop, first = _loop(tmp_path / "run", steps=4, val_every=1, checkpoint_every=2), Engine()
+    loop.resume(0, first.validate)
+    loop.run(0, first.train_step, first.validate, lambda s: None)  # then "killed": logs run past step 2
+    if lost != "nothing":
+        kept = [r for r in loop.validation.read() if r["step"] < 2]
+        kept.append({"step": 2, "agent": "a", "acc": 0.2, "n": 4})  # agent b's row at 2 lost
+        (tmp_path / "run" / "validation.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    resumed = Engine()
+    loop.resume(2, resumed.validate)
+    assert [r["step"] for r in loop.metrics.read()] == [0, 1]
+    assert resumed.calls == ([] if lost == "nothing" else [("validate", 2)])
+    loop.run(2, resumed.train_step, resumed.validate, resumed.save_checkpoint)
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+    assert strip(loop.metrics.read()) == strip(whole.metrics.read())
+    assert loop.validation.read() == whole.validation.read()
+
+
+def test_validation_must_answer_for_every_agent(tmp_path):
+    loop = _loop(tmp_path)
+    with pytest.raises(ValueError, match="1 accuracies for agents"):
+        loop.validate(0, lambda step: [0.5])
