@@ -304,6 +304,31 @@ def _record_fields(cls, path: Path, problem: str) -> tuple[dict, set[str]]:
     return data, {f.name for f in fields(cls)}
 
 
+class Metric:
+    """The names of ``metrics.jsonl`` fields, declared once: the engines write them
+    (:func:`hacpo.engines.core.step.train_step`), tables and figures read them."""
+
+    STEP = "step"
+    REWARD = "reward"  # per agent: mean 0/1 reward of its samples
+    P_HAT = "p_hat"  # per agent: the capability window's accuracy (§3.1)
+    RESPONSE_TOKENS = "response_tokens"  # per agent: mean generated tokens per sample
+    OMEGA = "omega"  # [n, n] capability discrepancy coefficients of the step
+    # ... and per agent, the loss's own metrics under their names in hacpo.algo.losses (e.g. s_homo_mean)
+    STEP_S = "time/step_s"
+    TOKENS_PER_S = "time/tokens_per_s"
+    VALIDATE_S = "time/validate_s"
+
+    @staticmethod
+    def of(agent: str, name: str) -> str:
+        """A per-agent field: ``<agent>/<name>``."""
+        return f"{agent}/{name}"
+
+    @staticmethod
+    def phase(name: str) -> str:
+        """Seconds the step spent in a phase (:class:`hacpo.engines.phases.Phases`)."""
+        return f"time/{name}_s"
+
+
 class MetricsLog:
     """Append-only ``metrics.jsonl``; each line is flushed and fsynced so a kill loses at most one line."""
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hacpo.config import TrainConfig
-from hacpo.runio import MetricsLog
+from hacpo.runio import Metric, MetricsLog
 
 Validate = Callable[[int], Sequence[float]]  # step → greedy accuracy of every agent, in agent order
 
@@ -75,7 +75,7 @@ class RunLoop:
             done = step + 1
             if self.due(done):
                 self.validate(done, validate)
-            row["time/validate_s"], self._validate_s = self._validate_s, 0.0
+            row[Metric.VALIDATE_S], self._validate_s = self._validate_s, 0.0
             self.metrics.append(row)
             if on_row is not None:
                 on_row(row)

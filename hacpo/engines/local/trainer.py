@@ -47,7 +47,8 @@ from hacpo.algo import (
 from hacpo.config import TrainConfig
 from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
-from hacpo.engines.core import RunLoop
+from hacpo.engines import core
+from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
@@ -620,41 +621,40 @@ class LocalTrainer:
         return RunRecord.read(self.out)
 
     def train_step(self, step: int) -> dict:
+        """One step (:func:`hacpo.engines.core.train_step`) on this step's prompt batch."""
         cfg = self.cfg
-        t_step = time.perf_counter()
-        phase0 = self.phase.snapshot()
         idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
-        problems = [self.problems[i] for i in idx]
-        g = cfg.group_size * self.method.rollout_multiplier
-        rolls = [self._rollout(a, problems, g) for a in self.agents]
-        p_hat = self.tracker.update([r.rewards for r in rolls])
-        omegas = self.tracker.omegas()
-        row: dict = {"step": step}
-        for k, agent in enumerate(self.agents):
-            row[f"{agent.name}/reward"] = float(rolls[k].rewards.mean())
-            row[f"{agent.name}/p_hat"] = float(p_hat[k])
-            row[f"{agent.name}/response_tokens"] = float(rolls[k].mask.sum(1).float().mean())
-        if len(self.agents) > 1:
-            row["omega"] = omegas.tolist()
-        with self.phase("retokenize"):
-            if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old":
-                per_learner = [
-                    self._self_old_rows(k, rolls, omegas, problems) for k in range(len(self.agents))
-                ]
-            else:
-                per_learner = [self._rows_for(k, rolls, omegas) for k in range(len(self.agents))]
-        for k, agent in enumerate(self.agents):
-            with self.phase("update"):
-                logs = self._update(k, per_learner[k], problems, step)
-            row.update({f"{agent.name}/{key}": v for key, v in aggregate(logs).items()})
-        row["time/step_s"] = time.perf_counter() - t_step
-        spent = self.phase.since(phase0)
-        row["time/tokens_per_s"] = sum(float(r.mask.sum()) for r in rolls) / max(spent["generate"], 1e-9)
-        row["mem/peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        samples = cfg.group_size * self.method.rollout_multiplier
+        names, problems = [a.name for a in self.agents], [self.problems[i] for i in idx]
+        return core.train_step(
+            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase
+        )
+
+    # ----------------------------------------------------------------------------- the StepEngine
+    def rollout(self, k: int, step: int, problems: list[dict], g: int) -> AgentRollouts:
+        rolls = self._rollout(self.agents[k], problems, g)
+        return AgentRollouts(rolls.rewards, rolls.mask.sum(1), rolls)
+
+    def before_updates(self, rolls: list[AgentRollouts]) -> None:
+        pass  # old and reference log-probs came with each agent's rollouts
+
+    def learner_rows(self, k: int, rolls: list[AgentRollouts], omegas, problems: list[dict]) -> Rows:
+        own = [r.rows for r in rolls]
+        if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old":
+            return self._self_old_rows(k, own, omegas, problems)
+        return self._rows_for(k, own, omegas)
+
+    def update(self, k: int, rows: Rows, step: int, problems: list[dict]) -> dict[str, float]:
+        return aggregate(self._update(k, rows, problems, step))
+
+    def sync(self) -> None:
+        pass  # the generator samples from the weights the update changed
+
+    def step_extras(self) -> dict[str, float]:
+        extras = {"mem/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         if self.device.type == "cuda":  # the run's peak so far, over every phase
-            row["mem/peak_gpu_mb"] = self.phase.peak_gpu_mb()
-        row.update({f"time/{name}_s": t for name, t in spent.items()})
-        return row
+            extras["mem/peak_gpu_mb"] = self.phase.peak_gpu_mb()
+        return extras
 
     def _self_old_rows(self, k, rolls, omegas, problems) -> Rows:
         """Naive variant ``naive_cross_ratio: self_old``: cross denominators = the learner's own pre-update

@@ -1,27 +1,23 @@
-"""One joint step over n ≥ 2 agents, in the order of spec §5 (issue 11).
+"""HACPO's joint runs on OpenRLHF: n ≥ 2 agents, each an :class:`AgentStack` that generates, scores and
+trains its own model (its vLLM engines and DeepSpeed actor/reference groups, :mod:`.stack`).
 
-The controller owns the step's order and HACPO's bookkeeping; each agent is an :class:`AgentStack` that
-generates, scores and trains its own model (on OpenRLHF: its vLLM engines and DeepSpeed actor/reference
-groups, :mod:`.stack`). Per step:
+The step and the run loop are the engine-independent ones (:func:`hacpo.engines.core.train_step`,
+:class:`hacpo.engines.core.RunLoop`), the local engine's too; :class:`JointStep` is their engine here:
 
 1. the same prompt batch for every agent, each rendered with the agent's own chat template; G samples
    each (:meth:`AgentStack.generate`), grouped by an explicit prompt id (:func:`assign_prompt_ids`);
-2. the capability window takes every agent's step accuracy; ω for this step (§3.1);
+2. (core) the capability window takes every agent's step accuracy; ω for this step (§3.1);
 3. every agent's old and reference log-probs on its own samples, all before any update
    (:meth:`AgentStack.score`), which fix the ratio denominators (:func:`.rows.mark_own`);
 4. per learner: own rows + every other agent's rows in its token space (:func:`.rows.cross_rows`),
    capability-aware advantages (:func:`.rows.assign_advantages`);
 5. the learners' updates one after the other (:meth:`AgentStack.train`), then every agent's weights to its
    engines (:meth:`AgentStack.sync`).
-
-Metrics use the local engine's keys (``<agent>/reward``, ``<agent>/p_hat``, ``omega``, the loss metrics
-per agent, ``time/<phase>_s``), so reports read both engines alike.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,7 +31,8 @@ from hacpo.algo import CapabilityTracker
 from hacpo.algo.methods import Method
 from hacpo.config import TrainConfig
 from hacpo.data.synthetic import Problem, as_problem
-from hacpo.engines.core import RunLoop
+from hacpo.engines import core
+from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.phases import Phases
 from hacpo.runio import MetricsLog, atomic_write_json
 
@@ -126,47 +123,44 @@ class JointStep:
             )
 
     def run(self, step: int, problems: Sequence[Problem]) -> dict:
-        t0 = time.perf_counter()
-        before = self.phase.snapshot()
-        n_agents, g = len(self.stacks), self.group_size * self.method.rollout_multiplier
-        labels = [p.answer for p in problems]
-        own = []
-        for k, stack in enumerate(self.stacks):
-            texts = [prompt_text(stack.tokenizer, p, self.prompt_style) for p in problems]
-            with self.phase("generate"):
-                rows = stack.generate(texts, labels, g, seed=rollout_seed(self.seed, step, k))
-            own.append((rows, assign_prompt_ids(rows, texts, g)))
-        rewards = [torch.stack([r.rewards.reshape(()).float() for r in rows]) for rows, _ in own]
-        p_hat = self.tracker.update(rewards)
-        omegas = self.tracker.omegas()
+        """One step (:func:`hacpo.engines.core.train_step`, this object its engine); the metrics row."""
+        names = [s.name for s in self.stacks]
+        samples = self.group_size * self.method.rollout_multiplier
+        return core.train_step(
+            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase
+        )
+
+    # -- the StepEngine
+    def rollout(self, k: int, step: int, problems: Sequence[Problem], g: int) -> AgentRollouts:
+        stack = self.stacks[k]
+        texts = [prompt_text(stack.tokenizer, p, self.prompt_style) for p in problems]
+        with self.phase("generate"):
+            labels, seed = [p.answer for p in problems], rollout_seed(self.seed, step, k)
+            rows = stack.generate(texts, labels, g, seed=seed)
+        rewards = torch.stack([r.rewards.reshape(()).float() for r in rows])
+        tokens = torch.tensor([float(r.action_mask.sum()) for r in rows])
+        return AgentRollouts(rewards, tokens, (rows, assign_prompt_ids(rows, texts, g)))
+
+    def before_updates(self, rolls: list[AgentRollouts]) -> None:
         with self.phase("logprobs"):  # every agent's old log-probs before any update (§5 stage 2)
-            for k, (stack, (rows, pids)) in enumerate(zip(self.stacks, own, strict=True)):
+            for k, (stack, roll) in enumerate(zip(self.stacks, rolls, strict=True)):
+                rows, pids = roll.rows
                 scored = stack.score(rows)
                 R.mark_own(scored, k, pids)
-                own[k] = (scored, pids)
-        with self.phase("retokenize"):
-            buffers = [self.rows_for(k, [rows for rows, _ in own], omegas) for k in range(n_agents)]
-        row: dict = {"step": step}
-        for k, stack in enumerate(self.stacks):
-            rows = own[k][0]
-            row[f"{stack.name}/reward"] = float(rewards[k].mean())
-            row[f"{stack.name}/p_hat"] = float(p_hat[k])
-            row[f"{stack.name}/response_tokens"] = sum(float(r.action_mask.sum()) for r in rows) / len(rows)
-        if n_agents > 1:
-            row["omega"] = omegas.tolist()
-        for k, stack in enumerate(self.stacks):
-            with self.phase("update"):
-                status = stack.train(buffers[k], step)
-            row.update({f"{stack.name}/{key}": float(v) for key, v in status.items()})
-        with self.phase("sync"):
-            for stack in self.stacks:
-                stack.sync()
-        spent = self.phase.since(before)
-        row["time/step_s"] = time.perf_counter() - t0
-        gen_tokens = sum(float(r.action_mask.sum()) for rows, _ in own for r in rows)
-        row["time/tokens_per_s"] = gen_tokens / max(spent.get("generate", 0.0), 1e-9)
-        row.update({f"time/{name}_s": t for name, t in spent.items()})
-        return row
+                roll.rows = (scored, pids)
+
+    def learner_rows(self, k: int, rolls: list[AgentRollouts], omegas: torch.Tensor, problems) -> list:
+        return self.rows_for(k, [r.rows[0] for r in rolls], omegas)
+
+    def update(self, k: int, rows: list, step: int, problems) -> dict[str, float]:
+        return self.stacks[k].train(rows, step)
+
+    def sync(self) -> None:
+        for stack in self.stacks:
+            stack.sync()
+
+    def step_extras(self) -> dict[str, float]:
+        return {}  # memory: the job's MemorySampler (profile.json)
 
     def rows_for(self, k: int, own: list[list], omegas: torch.Tensor) -> list:
         """Learner k's rows: its own, plus (joint methods) every other agent's in k's token space."""

@@ -1,15 +1,19 @@
-"""hacpo.engines.core.RunLoop: the run loop both engines drive their steps through (schedule, validation
-points, checkpoints, the logs' resume contract), with an engine made of plain callables."""
+"""hacpo.engines.core, what both engines share: the step (stage order, the metrics row and its names) and
+the run loop (schedule, validation points, checkpoints, the logs' resume contract), each driven here by an
+engine of plain Python that records what it is asked."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import torch
 
+from hacpo.algo import CapabilityTracker
 from hacpo.config import load_train_config
-from hacpo.engines.core import RunLoop
-from hacpo.runio import MetricsLog
+from hacpo.engines.core import AgentRollouts, RunLoop, train_step
+from hacpo.engines.phases import Phases
+from hacpo.runio import Metric, MetricsLog
 
 
 def _loop(tmp_path, val_size=4, **cfg):
@@ -99,3 +103,58 @@ def test_validation_must_answer_for_every_agent(tmp_path):
     loop = _loop(tmp_path)
     with pytest.raises(ValueError, match="1 accuracies for agents"):
         loop.validate(0, lambda step: [0.5])
+
+
+class RecordingStepEngine:
+    """A StepEngine whose agent k answers correctly with probability (k + 1) / 4, 3 tokens each."""
+
+    def __init__(self, n):
+        self.n, self.calls = n, []
+
+    def rollout(self, k, step, problems, g):
+        self.calls.append(("rollout", k))
+        rewards = (torch.arange(len(problems) * g) % 4 < k + 1).float()
+        return AgentRollouts(rewards, torch.full((len(problems) * g,), 3), rows=f"rows of {k}")
+
+    def before_updates(self, rolls):
+        self.calls.append(("before_updates", [r.rows for r in rolls]))
+
+    def learner_rows(self, k, rolls, omegas, problems):
+        self.calls.append(("rows", k))
+        return k
+
+    def update(self, k, rows, step, problems):
+        self.calls.append(("update", k, rows, step))
+        return {"loss": 0.5 + k}
+
+    def sync(self):
+        self.calls.append(("sync",))
+
+    def step_extras(self):
+        return {"mem/x": 1.0}
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_step_runs_the_stages_in_the_specs_order_and_names_its_metrics_once(n):
+    engine, names = RecordingStepEngine(n), ["a", "b", "c"][:n]
+    tracker = CapabilityTracker(n, window=5, warmup_steps=0)
+    row = train_step(engine, names, 7, ["p1", "p2"], samples=4, tracker=tracker, phase=Phases())
+    rows_of = [f"rows of {k}" for k in range(n)]
+    assert engine.calls == [
+        *[("rollout", k) for k in range(n)],  # every agent samples before anything else
+        ("before_updates", rows_of),
+        *[("rows", k) for k in range(n)],  # every learner's rows before any update (§5)
+        *[("update", k, k, 7) for k in range(n)],
+        ("sync",),
+    ]
+    assert row[Metric.STEP] == 7 and row["mem/x"] == 1.0
+    for k, name in enumerate(names):
+        assert row[Metric.of(name, Metric.REWARD)] == (k + 1) / 4
+        assert row[Metric.of(name, Metric.RESPONSE_TOKENS)] == 3.0
+        assert row[Metric.of(name, "loss")] == 0.5 + k
+        assert row[Metric.of(name, Metric.P_HAT)] == pytest.approx((k + 1) / 4)
+    assert (Metric.OMEGA in row) == (n > 1)
+    if n > 1:
+        assert torch.tensor(row[Metric.OMEGA]).shape == (n, n)
+    timed = {Metric.STEP_S, Metric.TOKENS_PER_S, Metric.phase("retokenize"), Metric.phase("update")}
+    assert timed <= set(row)
