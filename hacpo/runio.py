@@ -329,6 +329,16 @@ class Metric:
         return f"time/{name}_s"
 
 
+class Validation:
+    """The fields of a ``validation.jsonl`` row (one per agent and validation point), declared once."""
+
+    STEP, AGENT, ACC, N = "step", "agent", "acc", "n"  # greedy accuracy of `agent` on n problems
+
+    @staticmethod
+    def row(step: int, agent: str, acc: float, n: int) -> dict:
+        return {Validation.STEP: step, Validation.AGENT: agent, Validation.ACC: float(acc), Validation.N: n}
+
+
 class MetricsLog:
     """Append-only ``metrics.jsonl``; each line is flushed and fsynced so a kill loses at most one line."""
 

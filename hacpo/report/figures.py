@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from hacpo.report.tables import _read_jsonl, _req
-from hacpo.runio import atomic_write_bytes, atomic_write_text
+from hacpo.runio import Validation, atomic_write_bytes, atomic_write_text
 
 FIG_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "value"]
 
@@ -28,18 +28,19 @@ def curves_data(spec: dict) -> pd.DataFrame:
         agent = panel.get("agent")
         for line in _req(panel, "lines", f"panel {pi}"):
             where = f"panel {pi} ({panel.get('title', '')}), line {line.get('label', line.get('method'))!r}"
-            a, key = line.get("agent", agent), line.get("metric", spec.get("metric", "acc"))
+            a, key = line.get("agent", agent), line.get("metric", spec.get("metric", Validation.ACC))
             if not _req(line, "validations", where):
                 raise ValueError(f"{where}: 'validations' is empty")
             for seed, path in enumerate(line["validations"]):
-                got = [r for r in _read_jsonl(path, where) if a is None or r.get("agent") == a]
+                got = [r for r in _read_jsonl(path, where) if a is None or r.get(Validation.AGENT) == a]
                 if not got:
                     raise ValueError(f"{where}: no validation rows for agent {a!r} in {str(path)!r}")
                 for r in got:
-                    if key not in r or "step" not in r:
-                        raise ValueError(f"{where}: {str(path)!r} row lacks 'step' or {key!r}: {r}")
+                    if key not in r or Validation.STEP not in r:
+                        lacks = f"{Validation.STEP!r} or {key!r}"
+                        raise ValueError(f"{where}: {str(path)!r} row lacks {lacks}: {r}")
                     rows.append([spec.get("figure", ""), pi, a, str(line.get("label", line.get("method"))),
-                                 line.get("method", ""), seed, int(r["step"]), float(r[key])])
+                                 line.get("method", ""), seed, int(r[Validation.STEP]), float(r[key])])
     return pd.DataFrame(rows, columns=FIG_COLUMNS)
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from hacpo.report.paper import paper_value
-from hacpo.runio import atomic_write_text, read_jsonl
+from hacpo.runio import Metric, atomic_write_text, read_jsonl
 
 CSV_COLUMNS = ["table", "block", "model", "method", "column", "ours", "ours_std", "n_seeds", "paper", "delta"]
 
@@ -237,7 +237,7 @@ def ratio_stats_table(spec: dict) -> Table:
     for i, row in enumerate(_req(spec, "rows", "spec")):
         where = _where(row, i)
         stat, agent = _req(row, "stat", where), _req(row, "agent", where)
-        key, vals, paths = f"{agent}/{stat}_mean", [], _req(row, "metrics", where)
+        key, vals, paths = Metric.of(agent, f"{stat}_mean"), [], _req(row, "metrics", where)
         for p in paths:
             vals += [float(r[key]) for r in _read_jsonl(p, where) if r.get(key) is not None
                      and not math.isnan(float(r[key]))]

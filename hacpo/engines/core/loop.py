@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hacpo.config import TrainConfig
-from hacpo.runio import Metric, MetricsLog
+from hacpo.runio import Metric, MetricsLog, Validation
 
 Validate = Callable[[int], Sequence[float]]  # step → greedy accuracy of every agent, in agent order
 
@@ -47,7 +47,8 @@ class RunLoop:
         self.validation.truncate_to(start + 1 if start else 0)
         if not self.due(start):
             return
-        validated = {r["agent"] for r in self.validation.read() if r.get("step") == start}
+        rows = self.validation.read()
+        validated = {r[Validation.AGENT] for r in rows if r.get(Validation.STEP) == start}
         if start == 0 or validated != set(self.agents):
             self.validation.truncate_to(start)
             self.validate(start, validate)
@@ -58,7 +59,7 @@ class RunLoop:
         if len(accs) != len(self.agents):
             raise ValueError(f"validation gave {len(accs)} accuracies for agents {list(self.agents)}")
         for agent, acc in zip(self.agents, accs, strict=True):
-            self.validation.append({"step": step, "agent": agent, "acc": float(acc), "n": self.val_size})
+            self.validation.append(Validation.row(step, agent, acc, self.val_size))
         self._validate_s += time.perf_counter() - t0
 
     def run(

@@ -29,6 +29,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from hacpo.runio import Validation
+
 AGENT_KEYS = {
     "rollout/reward_mean": "reward",
     "rollout/response_length_mean": "response_tokens",
@@ -103,7 +105,7 @@ def metrics_rows(scalars: dict[str, dict[int, float]], agent: str) -> list[dict]
 def validation_rows(scalars: dict[str, dict[int, float]], agent: str, n: int) -> list[dict]:
     """``validation.jsonl`` rows (greedy pass@1 on the validation file after ``step`` steps)."""
     series = scalars.get(VALIDATION_TAG, {})
-    return [{"step": s, "agent": agent, "acc": series[s], "n": n} for s in sorted(series)]
+    return [Validation.row(s, agent, series[s], n) for s in sorted(series)]
 
 
 def phase_totals(rows: list[dict]) -> dict[str, float]:
