@@ -90,7 +90,9 @@ class TrainConfig(BaseModel):
     delta_step: DeltaStep | None = None  # stepwise clip increment δ_step (§3.5)
     capability_window: int = Field(5, ge=1)
     omega_warmup_steps: int = Field(0, ge=0)
-    minibatch_order: Literal["mixed", "self_first"] = "mixed"
+    # the order of a learner's rows through its updates (hacpo.engines.core.order): mixed | self_first |
+    # agent_order (by generating agent, then prompt: the authors' released code, spec §10)
+    minibatch_order: Literal["mixed", "self_first", "agent_order"] = "mixed"
     cross_eos: Literal["strip", "keep_text"] = "strip"
     # The spec's alternative readings (hacpo.algo.VARIANT_KNOBS); None: the default reading. Each applies
     # to one method only. A Naive run always names its cross-ratio reading (filled in from the registry).

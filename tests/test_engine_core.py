@@ -12,6 +12,7 @@ import torch
 from hacpo.algo import CapabilityTracker
 from hacpo.config import load_train_config
 from hacpo.engines.core import AgentRollouts, RunLoop, train_step
+from hacpo.engines.core.order import minibatch_order
 from hacpo.engines.phases import Phases
 from hacpo.runio import Metric, MetricsLog
 
@@ -158,3 +159,24 @@ def test_a_step_runs_the_stages_in_the_specs_order_and_names_its_metrics_once(n)
         assert torch.tensor(row[Metric.OMEGA]).shape == (n, n)
     timed = {Metric.STEP_S, Metric.TOKENS_PER_S, Metric.phase("retokenize"), Metric.phase("update")}
     assert timed <= set(row)
+
+
+ROWS = dict(  # a learner's buffer: agent 1's rows (its own) first, then agent 0's, prompts interleaved
+    own=[True, True, True, False, False, False], agent=[1, 1, 1, 0, 0, 0], prompt=[1, 0, 0, 1, 0, 1]
+)
+
+
+def test_mixed_order_is_a_permutation_seeded_by_run_step_and_learner():
+    draw = lambda **k: minibatch_order("mixed", **ROWS, **{"seed": 3, "step": 5, "learner": 1, **k})  # noqa: E731
+    assert sorted(draw()) == list(range(6)) and draw() == draw()
+    assert len({tuple(draw(step=s)) for s in range(8)}) > 1  # another step, another order
+    assert len({tuple(draw(learner=k)) for k in range(8)}) > 1
+
+
+def test_self_first_and_agent_order():
+    fixed = dict(seed=0, step=0, learner=1)
+    assert minibatch_order("self_first", **ROWS, **fixed) == [0, 1, 2, 3, 4, 5]
+    # by generating agent, then prompt; a prompt's samples keep their order
+    assert minibatch_order("agent_order", **ROWS, **fixed) == [4, 3, 5, 1, 2, 0]
+    with pytest.raises(ValueError, match="choose one of mixed, self_first, agent_order"):
+        minibatch_order("random", **ROWS, **fixed)

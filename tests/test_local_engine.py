@@ -298,7 +298,8 @@ def test_paper_prompt_wording_with_variable_length_prompts(tmp_path, small_agent
         assert 0.0 <= row[f"{name}/cross_in_bounds_frac"] <= 1.0
 
 
-@pytest.mark.parametrize("order", ["mixed", "self_first"])  # self_first: mini-batches of cross rows only
+# self_first: mini-batches of cross rows only; agent_order: mini-batches of one generating agent
+@pytest.mark.parametrize("order", ["mixed", "self_first", "agent_order"])
 def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agent, order):
     """Leaving zero-gradient cross rows out of the backward changes neither the update nor the metrics."""
     from transformers import AutoModelForCausalLM
@@ -333,6 +334,26 @@ def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agen
         ).state_dict()
         for k in wa:
             assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+def test_agent_order_gives_every_learner_the_rows_by_generating_agent_then_prompt(
+    tmp_path, toy_data, small_agent, other_agent
+):
+    """minibatch_order: agent_order (the authors' released code, spec §10): agent 0's rows, then agent 1's,
+    each by prompt, for both learners; so learner 0 meets its own rows first and learner 1 its cross rows."""
+    agents = [("llama", small_agent), ("qwen", other_agent)]
+    cfg = _cfg(tmp_path, agents, "hacpo", data=toy_data, steps=1, minibatch_order="agent_order")
+    trainer = LocalTrainer(cfg)
+    problems = trainer.problems[: cfg.prompts_per_step]
+    rolls = [trainer.rollout(k, 0, problems, cfg.group_size) for k in range(2)]
+    omegas = trainer.tracker.omegas()
+    for k in range(2):
+        rows = trainer.learner_rows(k, rolls, omegas, problems)
+        order = trainer._order(rows, k, step=0)
+        keys = list(zip(rows.agent[order].tolist(), rows.prompt_index[order].tolist(), strict=True))
+        assert keys == sorted(keys) and len(set(rows.agent.tolist())) == 2
+        first = rows.is_own[order][: cfg.minibatch_size]
+        assert bool(first.all()) == (k == 0) and bool((~first).all()) == (k == 1)
 
 
 def test_method_variants_resolve_from_config(tmp_path):

@@ -334,7 +334,7 @@ def _trainer(actor, rows, spec, gas: int, micro: int, order="mixed") -> HacpoAct
 
 
 @pytest.mark.parametrize("name", ["hacpo", "naive", "hacpo_no_clip"])
-@pytest.mark.parametrize("order", ["mixed", "self_first"])
+@pytest.mark.parametrize("order", ["mixed", "self_first", "agent_order"])
 def test_training_step_gradient_equals_hacpo_algo_per_optimizer_step(agents, step, name, order):
     """48 rows per learner, micro-batches of 3, 4 per optimizer step → 4 steps m = 0..3: each step's
     accumulated gradient = ∇ hacpo.algo.policy_loss(that step's 12 rows, m) (own GSPO, cross term with lo_m,
@@ -351,6 +351,13 @@ def test_training_step_gradient_equals_hacpo_algo_per_optimizer_step(agents, ste
     if order == "self_first":
         flags = [float(x) for micro, _ in steps for mb in micro for x in R.info_column(mb, R.IS_SELF)]
         assert flags == sorted(flags, reverse=True)
+    if order == "agent_order":  # by generating agent, then prompt: the local engine's order
+        keys = [
+            (int(a), int(p))
+            for micro, _ in steps for mb in micro
+            for a, p in zip(R.info_column(mb, R.SOURCE), R.info_column(mb, R.PROMPT_ID), strict=True)
+        ]  # fmt: skip
+        assert keys == sorted(keys) and len({a for a, _ in keys}) == 2
     status = trainer.ppo_train()
     assert len(trainer.strategy.step_grads) == 4
     for (micro, m), got in zip(steps, trainer.strategy.step_grads, strict=True):

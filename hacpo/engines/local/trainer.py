@@ -49,6 +49,7 @@ from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
+from hacpo.engines.core.order import minibatch_order
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
@@ -168,6 +169,7 @@ class Rows:
     response: torch.Tensor  # [R, T] right-padded
     mask: torch.Tensor
     is_own: torch.Tensor
+    agent: torch.Tensor  # the generating agent's index in the run's agent order
     old_mean_logp: torch.Tensor
     adv: torch.Tensor
     omega: torch.Tensor
@@ -406,6 +408,7 @@ class LocalTrainer:
                     response=resp,
                     mask=m,
                     is_own=torch.full((n,), own),
+                    agent=torch.full((n,), j),
                     old_mean_logp=mean_src,
                     omega=torch.full((n,), 1.0 if own else float(omegas[j, k]), dtype=torch.float64),
                     prompt_index=r.prompt_index,
@@ -440,11 +443,11 @@ class LocalTrainer:
         return row_advantages(rewards, prompt_index, source, n, learner, weights, self.method.baseline)
 
     def _order(self, rows: Rows, k: int, step: int) -> torch.Tensor:
-        n = rows.is_own.shape[0]
-        if self.cfg.minibatch_order == "self_first":
-            return torch.cat([torch.nonzero(rows.is_own).flatten(), torch.nonzero(~rows.is_own).flatten()])
-        g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + step * 101 + k)
-        return torch.randperm(n, generator=g)
+        order = minibatch_order(
+            self.cfg.minibatch_order, own=rows.is_own.tolist(), agent=rows.agent.tolist(),
+            prompt=rows.prompt_index.tolist(), seed=self.cfg.seed, step=step, learner=k,
+        )  # fmt: skip
+        return torch.tensor(order, dtype=torch.long)
 
     def _update(self, k: int, rows: Rows, problems: list[dict], step: int) -> list[dict]:
         cfg, learner = self.cfg, self.agents[k]

@@ -1,7 +1,7 @@
 """HACPO's training step inside OpenRLHF's actor: a plain subclass of ``ActorPPOTrainer`` (issue 11).
 
-``ppo_train`` orders the learner's rows (mixed: a seeded shuffle, or self-first), cuts them into
-micro-batches, groups ``gas`` micro-batches per optimizer step m, and gives each micro-batch the step's
+``ppo_train`` orders the learner's rows (the run's ``minibatch_order``, as the local engine does), cuts them
+into micro-batches, groups ``gas`` micro-batches per optimizer step m, and gives each micro-batch the step's
 normalisers (:func:`.loss.step_norm`); ``training_step`` runs the actor forward,
 :func:`.loss.microbatch_loss`, DeepSpeed's backward and optimizer step, exactly where OpenRLHF's own step
 does. Everything else (weight sync to vLLM, offload/reload, checkpoints) is OpenRLHF's, inherited unchanged.
@@ -12,16 +12,15 @@ subclassing a remote class, so it subclasses ``PolicyModelActor.__ray_actor_clas
 
 from __future__ import annotations
 
-import random
-
 import torch
 from openrlhf.trainer.ppo_utils.experience import make_experience_batch
 from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer, PolicyModelActor
 
 from hacpo.algo import LossSpec
+from hacpo.engines.core.order import ORDERS, minibatch_order
 
 from .loss import StepNorm, microbatch_loss, step_norm
-from .rows import IS_SELF
+from .rows import IS_SELF, PROMPT_ID, SOURCE
 
 # Per-micro-batch metrics of hacpo.algo averaged (sample-weighted) into the step status; the rest are dropped.
 STATUS_KEYS = (
@@ -32,31 +31,32 @@ STATUS_KEYS = (
 
 class HacpoActorTrainer(ActorPPOTrainer):
     """``ActorPPOTrainer`` with HACPO's loss. ``spec``: the method's :class:`~hacpo.algo.LossSpec`;
-    ``order``: ``mixed`` | ``self_first`` (the run's ``minibatch_order``); ``seed``: the shuffle's seed."""
+    ``order``: the run's ``minibatch_order``; ``seed``, ``learner``: the run's seed and this agent's index."""
 
-    def __init__(self, *args, spec: LossSpec, order: str = "mixed", seed: int = 0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.configure(spec, order, seed)
+    def __init__(self, *args, spec: LossSpec, order: str = "mixed", seed: int = 0, learner: int = 0, **kw):
+        super().__init__(*args, **kw)
+        self.configure(spec, order, seed, learner)
 
-    def configure(self, spec: LossSpec, order: str, seed: int) -> None:
-        if order not in ("mixed", "self_first"):
-            raise ValueError(f"minibatch_order {order!r}: choose mixed or self_first")
+    def configure(self, spec: LossSpec, order: str, seed: int, learner: int = 0) -> None:
+        if order not in ORDERS:
+            raise ValueError(f"minibatch_order {order!r}: choose one of {', '.join(ORDERS)}")
         if self.args.train.dynamic_batch_enable:
             raise ValueError(
                 "HACPO on OpenRLHF needs fixed micro-batches: turn off train.dynamic_batch_enable"
             )
-        self.spec, self.order, self.seed, self.step = spec, order, seed, 0
+        self.spec, self.order, self.seed, self.learner, self.step = spec, order, seed, learner, 0
 
     # ------------------------------------------------------------------------------------ order
     def row_order(self, items: list) -> list[int]:
-        """Self-first: own rows, then cross rows (each in buffer order); mixed: a permutation seeded by
-        (seed, the run's step), so a resumed run draws the same one as an uninterrupted run."""
-        if self.order == "self_first":
-            own = [bool(float(it.info[IS_SELF])) for it in items]
-            return [i for i in range(len(items)) if own[i]] + [i for i in range(len(items)) if not own[i]]
-        order = list(range(len(items)))
-        random.Random(self.seed * 1_000_003 + self.step).shuffle(order)
-        return order
+        """This rank's rows in the run's ``minibatch_order`` (the local engine's function,
+        :func:`~hacpo.engines.core.order.minibatch_order`) at the run's step: a resumed run orders them as an
+        uninterrupted one."""
+        return minibatch_order(
+            self.order, own=[bool(float(it.info[IS_SELF])) for it in items],
+            agent=[int(float(it.info[SOURCE])) for it in items],
+            prompt=[int(float(it.info[PROMPT_ID])) for it in items],
+            seed=self.seed, step=self.step, learner=self.learner,
+        )  # fmt: skip
 
     def steps(self) -> list[tuple[list, int]]:
         """The fit's optimizer steps: (micro-batches, m) for every epoch, m counting across epochs."""
@@ -155,9 +155,9 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
     built into a :class:`HacpoActorTrainer` in place (re-creating it would open a second vLLM sync group).
     """
 
-    def use_hacpo(self, spec: dict, order: str = "mixed", seed: int = 0) -> None:
+    def use_hacpo(self, spec: dict, order: str = "mixed", seed: int = 0, learner: int = 0) -> None:
         self.trainer.__class__ = HacpoActorTrainer
-        self.trainer.configure(LossSpec(**spec), order, seed)
+        self.trainer.configure(LossSpec(**spec), order, seed, learner)
 
     def fit_step(self, step: int) -> dict:
         """OpenRLHF's ``fit`` for the run's ``step`` (the mini-batch order's seed: a resumed run, whose

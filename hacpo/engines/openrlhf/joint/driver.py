@@ -123,7 +123,7 @@ def build(spec: dict):
             )  # fmt: skip
         parts.append(dict(name=name, strategy=strategy, engines=engines, actor=actor, ref=ref, args=args))
 
-    for part in parts:  # one agent at a time: models load while the others' states are offloaded
+    for k, part in enumerate(parts):  # one agent at a time: models load while the others' are offloaded
         args = part["args"]  # scheduler length: optimizer steps of the run (the lr is constant anyway)
         steps = cfg.steps * max(1, len(names) * cfg.prompts_per_step * cfg.group_size // cfg.minibatch_size)
         refs = part["actor"].async_init_model_from_pretrained(
@@ -134,7 +134,7 @@ def build(spec: dict):
                 part["strategy"], args.actor.model_name_or_path
             )
         ray.get(refs)
-        hacpo = dict(spec=asdict(cfg.loss_spec()), order=cfg.minibatch_order, seed=cfg.seed)
+        hacpo = dict(spec=asdict(cfg.loss_spec()), order=cfg.minibatch_order, seed=cfg.seed, learner=k)
         ray.get(part["actor"].async_run_method(method_name="use_hacpo", **hacpo))
     return ray.remote(num_cpus=1)(HacpoController).remote(spec, parts)
 
