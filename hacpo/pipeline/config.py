@@ -343,90 +343,113 @@ class PipelineConfig(_Strict):
 
     @model_validator(mode="after")
     def _references(self):
-        errs: list[str] = []
-
-        def need(path: str, name, pool, what: str) -> None:
-            if name not in pool:
-                known = ", ".join(sorted(pool)) or "(none)"
-                errs.append(f"{path}: {name!r} is not a known {what}; known: {known}")
-
-        for key in ("train_data", "val_data"):
-            if getattr(self, key) is not None:
-                need(key, getattr(self, key), self.datasets, "dataset")
-        if self.sft:
-            need("sft.train", self.sft.train, self.datasets, "dataset")
-            need("sft.dev", self.sft.dev, self.datasets, "dataset")
-        for name, m in self.models.items():
-            if m.warmup and self.sft is None:
-                errs.append(
-                    f"models.{name}.warmup: warm-up models need an `sft:` section (train/dev datasets)"
-                )
-        for name, p in self.pairs.items():
-            for i, a in enumerate(p.agents):
-                need(f"pairs.{name}.agents.{i}", a, self.models, "model")
-        if self.engine == "openrlhf":
-            for name, e in self.eval_settings.items():
-                for key in EvalSetting.LOCAL_ONLY:
-                    if getattr(e, key) is not None:
-                        errs.append(
-                            f"eval_settings.{name}.{key}: a setting of the local engine's generator; vLLM "
-                            "(engine: openrlhf) sizes its own batches and runs the checkpoint's dtype "
-                            "(see openrlhf.eval)"
-                        )
-            nodes = self.openrlhf.nodes
-            for what, group in (("models", self.models), ("pairs", self.pairs)):
-                for name, g in group.items():
-                    if g.gpus < 1 or g.gpus % nodes:
-                        errs.append(
-                            f"{what}.{name}.gpus: the OpenRLHF engine needs a positive multiple of "
-                            f"openrlhf.nodes={nodes}, got {g.gpus}"
-                        )
-                    if getattr(g, "gpu_split", None) and any(x % nodes for x in g.gpu_split):
-                        errs.append(
-                            f"{what}.{name}.gpu_split: every agent's GPUs must be a multiple of "
-                            f"openrlhf.nodes={nodes}, got {g.gpu_split}"
-                        )
-        for name, b in self.benchmarks.items():
-            need(f"benchmarks.{name}.dataset", b.dataset, self.datasets, "dataset")
-        for name, e in self.eval_settings.items():
-            if e.benchmarks != "all":
-                for i, b in enumerate(e.benchmarks):
-                    need(f"eval_settings.{name}.benchmarks.{i}", b, self.benchmarks, "benchmark")
-        for name in sorted(set(self.tables) & set(self.figures)):
-            errs.append(
-                f"figures.{name}: a table has this name too; rename one "
-                "(each name is a `snakemake <name>` target)"
-            )
-        methods = self.method_names()
-        for tname, t in {**self.tables, **{f"figures.{k}": v for k, v in self.figures.items()}}.items():
-            path = tname if tname.startswith("figures.") else f"tables.{tname}"
-            for i, p in enumerate(getattr(t, "pairs", None) or [getattr(t, "pair", None)]):
-                if p is not None:
-                    need(
-                        f"{path}.pairs.{i}" if hasattr(t, "pairs") else f"{path}.pair", p, self.pairs, "pair"
-                    )
-            for i, m in enumerate(getattr(t, "methods", None) or []):
-                need(f"{path}.methods.{i}", m, {*methods, "base"}, "method")
-            for key in ("method", "compare_to"):
-                if getattr(t, key, None) is not None:
-                    need(f"{path}.{key}", getattr(t, key), methods, "method")
-            if getattr(t, "eval", None) is not None:
-                need(f"{path}.eval", t.eval, self.eval_settings, "eval setting")
-                allowed = set(self.benchmarks_of(t.eval)) if t.eval in self.eval_settings else set()
-                wanted = getattr(t, "benchmarks", "all")
-                wanted = [] if wanted == "all" else list(wanted)
-                if getattr(t, "benchmark", None):
-                    wanted.append(t.benchmark)
-                for b in wanted:
-                    need(f"{path}.benchmark", b, allowed, f"benchmark of eval setting {t.eval!r}")
-            if getattr(t, "agent", None) is not None and t.pair in self.pairs:
-                need(f"{path}.agent", t.agent, self.pairs[t.pair].agents, f"agent of pair {t.pair!r}")
-            if getattr(t, "kind", None) == "ratio_stats" and t.method in methods:
-                if not self.registry_method(t.method).joint:
-                    errs.append(f"{path}.method: {t.method!r} is single-agent; s_hete needs a joint method")
+        """Every name a section refers to exists, and the engine can run what the config asks; all problems
+        at once, each under its key path."""
+        errs = [
+            *self._data_problems(),
+            *self._engine_problems(),
+            *self._eval_problems(),
+            *(e for name, view in self._views() for e in self._view_problems(name, view)),
+        ]
         if errs:
             raise ValueError("\n".join(errs))
         return self
+
+    @staticmethod
+    def _missing(path: str, name, pool, what: str) -> list[str]:
+        if name in pool:
+            return []
+        return [f"{path}: {name!r} is not a known {what}; known: {', '.join(sorted(pool)) or '(none)'}"]
+
+    def _data_problems(self) -> list[str]:
+        need, errs = self._missing, []
+        for key in ("train_data", "val_data"):
+            if getattr(self, key) is not None:
+                errs += need(key, getattr(self, key), self.datasets, "dataset")
+        if self.sft:
+            errs += need("sft.train", self.sft.train, self.datasets, "dataset")
+            errs += need("sft.dev", self.sft.dev, self.datasets, "dataset")
+        errs += [
+            f"models.{name}.warmup: warm-up models need an `sft:` section (train/dev datasets)"
+            for name, m in self.models.items()
+            if m.warmup and self.sft is None
+        ]
+        for name, p in self.pairs.items():
+            for i, a in enumerate(p.agents):
+                errs += need(f"pairs.{name}.agents.{i}", a, self.models, "model")
+        return errs
+
+    def _engine_problems(self) -> list[str]:
+        if self.engine != "openrlhf":
+            return []
+        errs = [
+            f"eval_settings.{name}.{key}: a setting of the local engine's generator; vLLM (engine: openrlhf) "
+            "sizes its own batches and runs the checkpoint's dtype (see openrlhf.eval)"
+            for name, e in self.eval_settings.items()
+            for key in EvalSetting.LOCAL_ONLY
+            if getattr(e, key) is not None
+        ]
+        nodes = self.openrlhf.nodes
+        for what, group in (("models", self.models), ("pairs", self.pairs)):
+            for name, g in group.items():
+                if g.gpus < 1 or g.gpus % nodes:
+                    errs.append(
+                        f"{what}.{name}.gpus: the OpenRLHF engine needs a positive multiple of "
+                        f"openrlhf.nodes={nodes}, got {g.gpus}"
+                    )
+                if getattr(g, "gpu_split", None) and any(x % nodes for x in g.gpu_split):
+                    errs.append(
+                        f"{what}.{name}.gpu_split: every agent's GPUs must be a multiple of "
+                        f"openrlhf.nodes={nodes}, got {g.gpu_split}"
+                    )
+        return errs
+
+    def _eval_problems(self) -> list[str]:
+        need, errs = self._missing, []
+        for name, b in self.benchmarks.items():
+            errs += need(f"benchmarks.{name}.dataset", b.dataset, self.datasets, "dataset")
+        for name, e in self.eval_settings.items():
+            if e.benchmarks != "all":
+                for i, b in enumerate(e.benchmarks):
+                    errs += need(f"eval_settings.{name}.benchmarks.{i}", b, self.benchmarks, "benchmark")
+        return errs
+
+    def _views(self) -> list[tuple[str, object]]:
+        """Tables and figures under their key paths (a name used by both is refused in _view_problems)."""
+        return [
+            *((f"tables.{k}", t) for k, t in self.tables.items()),
+            *((f"figures.{k}", f) for k, f in self.figures.items()),
+        ]
+
+    def _view_problems(self, path: str, t) -> list[str]:
+        need, errs, methods = self._missing, [], self.method_names()
+        name = path.split(".", 1)[1]
+        if path.startswith("figures.") and name in self.tables:
+            errs.append(f"{path}: a table has this name too; rename one (each name is a snakemake target)")
+        for i, p in enumerate(getattr(t, "pairs", None) or [getattr(t, "pair", None)]):
+            if p is not None:
+                where = f"{path}.pairs.{i}" if hasattr(t, "pairs") else f"{path}.pair"
+                errs += need(where, p, self.pairs, "pair")
+        for i, m in enumerate(getattr(t, "methods", None) or []):
+            errs += need(f"{path}.methods.{i}", m, {*methods, "base"}, "method")
+        for key in ("method", "compare_to"):
+            if getattr(t, key, None) is not None:
+                errs += need(f"{path}.{key}", getattr(t, key), methods, "method")
+        if getattr(t, "eval", None) is not None:
+            errs += need(f"{path}.eval", t.eval, self.eval_settings, "eval setting")
+            allowed = set(self.benchmarks_of(t.eval)) if t.eval in self.eval_settings else set()
+            wanted = getattr(t, "benchmarks", "all")
+            wanted = [] if wanted == "all" else list(wanted)
+            if getattr(t, "benchmark", None):
+                wanted.append(t.benchmark)
+            for b in wanted:
+                errs += need(f"{path}.benchmark", b, allowed, f"benchmark of eval setting {t.eval!r}")
+        if getattr(t, "agent", None) is not None and t.pair in self.pairs:
+            errs += need(f"{path}.agent", t.agent, self.pairs[t.pair].agents, f"agent of pair {t.pair!r}")
+        if getattr(t, "kind", None) == "ratio_stats" and t.method in methods:
+            if not self.registry_method(t.method).joint:
+                errs.append(f"{path}.method: {t.method!r} is single-agent; s_hete needs a joint method")
+        return errs
 
     # ------------------------------------------------------------------ lookups used by the pipeline
     def method_names(self) -> set[str]:
