@@ -367,8 +367,7 @@ class Pipeline:
     def table(self, name: str) -> tuple[list[str], dict]:
         """``(input files, spec)`` of one table; the spec is what ``hacpo report table`` renders."""
         spec = self.cfg.tables[name]
-        build = getattr(self, f"_table_{spec.kind}")
-        files, out = build(spec)
+        files, out = TABLE_SPECS[spec.kind](self, spec)
         common = self._common(name, spec, spec.kind)
         benches = [c["key"] for c in out.get("columns", [])] + [out.get("benchmark")]
         notes = [
@@ -584,6 +583,19 @@ class Pipeline:
         if self.base_dir and not os.path.exists(path) and os.path.exists(os.path.join(self.base_dir, path)):
             spec = f"{os.path.join(self.base_dir, path)}:{name}"
         return load_spec_file(spec).to_dict()
+
+
+# Table kind → the Pipeline method that lists its input files and writes its spec (docs/extending.md: one of
+# the three places of a table kind, beside the config schema and hacpo.report.tables.KINDS).
+TABLE_SPECS = {
+    "accuracy": Pipeline._table_accuracy,
+    "hyperparams": Pipeline._table_hyperparams,
+    "ratio_stats": Pipeline._table_ratio_stats,
+    "seeds": Pipeline._table_seeds,
+    "alpha": Pipeline._table_alpha,
+    "runtime": Pipeline._table_runtime,
+    "memory": Pipeline._table_memory,
+}
 
 
 def as_json(obj) -> str:
