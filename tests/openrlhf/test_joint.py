@@ -357,7 +357,7 @@ def test_training_step_gradient_equals_hacpo_algo_per_optimizer_step(agents, ste
             for micro, _ in steps for mb in micro
             for a, p in zip(R.info_column(mb, R.SOURCE), R.info_column(mb, R.PROMPT_ID), strict=True)
         ]  # fmt: skip
-        assert keys == sorted(keys) and len({a for a, _ in keys}) == 2
+        assert keys == sorted(keys) and len({a for a, _ in keys}) == len(agents)
     status = trainer.ppo_train()
     assert len(trainer.strategy.step_grads) == 4
     for (micro, m), got in zip(steps, trainer.strategy.step_grads, strict=True):
