@@ -134,17 +134,20 @@ def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(
     assert len(singles) == 39
     for job in trains:
         assert "gpu=8" in job and "--engine openrlhf" in job, job[:300]
-    for job in singles:
+    def run_config(job):  # `hacpo train SPEC --runtime RUNTIME …`: the spec and its runtime options
         cmd = shlex.split(job[job.index("Shell command: ") + 15 :].splitlines()[0])
-        cfg = load_train_config(cmd[2])
+        assert cmd[3] == "--runtime" and "openrlhf" not in json.loads(cmd[2]), cmd[:4]
+        return load_train_config(cmd[2], **json.loads(cmd[4]))
+
+    for job in singles:
+        cfg = run_config(job)
         argv = build_command(cfg, cfg.openrlhf, Layout(tmp_path / cfg.out_dir))
         assert argv[1:4] == ["-m", "hacpo.engines.openrlhf.launch", "openrlhf.cli.train_ppo_ray"]
         assert argv[argv.index("--actor.num_gpus_per_node") + 1] == "8"
     joints = [j for j in trains if "kind=joint" in j]
     assert len(joints) == 30
     for job in joints:
-        cmd = shlex.split(job[job.index("Shell command: ") + 15 :].splitlines()[0])
-        cfg = load_train_config(cmd[2])
+        cfg = run_config(job)
         assert cfg.resolved_method().joint and len(cfg.agents) == 2
         layout = Layout(tmp_path / cfg.out_dir)
         assert joint_command(cfg, cfg.openrlhf, layout)[3] == "hacpo.engines.openrlhf.joint.driver"
