@@ -14,7 +14,7 @@ from hacpo.config import load_train_config
 from hacpo.engines.core import AgentRollouts, RunLoop, train_step
 from hacpo.engines.core.order import minibatch_order
 from hacpo.engines.phases import Phases
-from hacpo.runio import Metric, MetricsLog
+from hacpo.runio import Metric
 
 
 def _loop(tmp_path, val_size=4, **cfg):
@@ -27,8 +27,7 @@ def _loop(tmp_path, val_size=4, **cfg):
             **cfg,
         }  # fmt: skip
     )
-    logs = MetricsLog(tmp_path / "metrics.jsonl"), MetricsLog(tmp_path / "validation.jsonl")
-    return RunLoop(config, ["a", "b"], *logs, val_size=val_size)
+    return RunLoop(config, ["a", "b"], val_size=val_size)
 
 
 class Engine:

@@ -59,6 +59,12 @@ class Method:
         per_update = max(1, minibatch_size // self.minibatch_divisor)
         return self.epochs * -(-rows // per_update)
 
+    @property
+    def cross_old_from_learner(self) -> bool:
+        """Naive's ``self_old`` reading (§2.5): cross rows' old log-probs are the learner's own, computed on
+        the re-tokenised text before any update."""
+        return self.loss == "naive" and self.naive_cross_ratio == "self_old"
+
     def reads(self, knob: str) -> bool:
         """Whether a run of this method reads ``knob`` (a HACPO hyper-parameter or a variant knob)."""
         if knob in HACPO_KNOBS:

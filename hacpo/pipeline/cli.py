@@ -59,7 +59,7 @@ def evaluate_setting_job(args) -> int:
     from hacpo.eval import evaluate_setting, resolve_source
 
     source, settings = json_arg(args.source, "--source"), json_arg(args.settings, "--settings")
-    if getattr(args, "runtime", None):  # how it runs (Pipeline.eval_runtime), apart from what it computes
+    if args.runtime:  # how it runs (Pipeline.eval_runtime), apart from what it computes
         settings = {**settings, **json_arg(args.runtime, "--runtime")}
     for name, b in settings["benchmarks"].items():
         if not Path(b["file"]).is_file():

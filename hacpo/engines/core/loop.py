@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from hacpo.config import TrainConfig
 from hacpo.runio import Metric, MetricsLog, Validation
@@ -28,13 +29,18 @@ Validate = Callable[[int], Sequence[float]]  # step → greedy accuracy of every
 
 @dataclass
 class RunLoop:
+    """The loop of one run; it owns the run directory's ``metrics.jsonl`` and ``validation.jsonl``."""
+
     cfg: TrainConfig
     agents: Sequence[str]
-    metrics: MetricsLog
-    validation: MetricsLog
     val_size: int  # validation problems (0: no validation)
+    metrics: MetricsLog = field(init=False)
+    validation: MetricsLog = field(init=False)
 
     def __post_init__(self) -> None:
+        out = Path(self.cfg.out_dir)
+        self.metrics = MetricsLog(out / "metrics.jsonl")
+        self.validation = MetricsLog(out / "validation.jsonl")
         self._validate_s = 0.0  # validation time not yet counted in a metrics row
 
     def due(self, done: int) -> bool:

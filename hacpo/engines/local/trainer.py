@@ -53,7 +53,6 @@ from hacpo.engines.core.order import minibatch_order
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
-    MetricsLog,
     Profile,
     RunRecord,
     atomic_dir,
@@ -213,10 +212,7 @@ class LocalTrainer:
         self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
         self.scorer = Scorer(workers=cfg.scorer_workers)
         self.same_tok = [[same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
-        self.metrics = MetricsLog(self.out / "metrics.jsonl")
-        self.validation = MetricsLog(self.out / "validation.jsonl")
-        names = [a.name for a in self.agents]
-        self.loop = RunLoop(cfg, names, self.metrics, self.validation, val_size=len(self.val))
+        self.loop = RunLoop(cfg, [a.name for a in self.agents], val_size=len(self.val))
         self.phase = Phases(self.device)
         self.gen_tokens = 0
         if cfg.old_logp == "auto":  # the sampler's log-probs are π_old exactly only where the decoder and
@@ -643,7 +639,7 @@ class LocalTrainer:
 
     def learner_rows(self, k: int, rolls: list[AgentRollouts], omegas, problems: list[dict]) -> Rows:
         own = [r.rows for r in rolls]
-        if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old":
+        if self.method.cross_old_from_learner:
             return self._self_old_rows(k, own, omegas, problems)
         return self._rows_for(k, own, omegas)
 

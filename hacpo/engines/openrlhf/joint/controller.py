@@ -34,7 +34,7 @@ from hacpo.data.synthetic import Problem, as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.phases import Phases
-from hacpo.runio import MetricsLog, atomic_write_json
+from hacpo.runio import atomic_write_json
 
 from . import rows as R
 
@@ -176,7 +176,7 @@ class JointStep:
                         self.max_new_tokens, self.max_len, self.cross_eos,
                         source_stops=getattr(source, "stop_ids", None),
                     )  # fmt: skip
-            if self.method.loss == "naive" and self.method.naive_cross_ratio == "self_old" and cross:
+            if self.method.cross_old_from_learner and cross:
                 scored = learner.score([R.rollout_form(r) for r in cross])  # before any update (§5 order)
                 R.learner_old_logp(cross, scored)
             rows += cross
@@ -208,11 +208,7 @@ class JointLoop:
             prompt_style=cfg.prompt_style, cross_eos=cfg.cross_eos, capability_window=cfg.capability_window,
             omega_warmup_steps=cfg.omega_warmup_steps, seed=cfg.seed,
         )  # fmt: skip
-        out = Path(cfg.out_dir)
-        self.metrics = MetricsLog(out / "metrics.jsonl")
-        self.validation = MetricsLog(out / "validation.jsonl")
-        names = [s.name for s in stacks]
-        self.loop = RunLoop(cfg, names, self.metrics, self.validation, val_size=len(self.val))
+        self.loop = RunLoop(cfg, [s.name for s in stacks], val_size=len(self.val))
 
     def start(self) -> int:
         """The step to start from (the controller state's); ω's window restored; the logs cut back to it and
