@@ -48,6 +48,45 @@ RUNTIME_OPTIONS = (
 )
 
 
+# One switch for "as the authors ran it" versus "as the paper describes it" (issue 25, spec §10): each preset
+# sets every choice of the released code that changes numbers; a key given explicitly wins over its preset
+# (allowed, and recorded: TrainConfig.preset_overrides).
+FIDELITY: dict[str, dict[str, str]] = {
+    # the paper's description: mixed mini-batches (the stepwise clip's motivation), the terminal EOS stripped
+    # from shared text, identical tokenizers' ids reused, math-verify (equivalent forms count)
+    "paper": dict(
+        minibatch_order="mixed", cross_eos="strip", same_tokenizer="reuse_ids", reward="math_verify"
+    ),
+    # the released code (HACRL, a verl fork): rows by generating agent (balance_batch's sorted partitions),
+    # the source's EOS decoded as text and re-encoded, responses re-encoded even between identical tokenizers,
+    # verl's compute_score (last \boxed{}, Hendrycks strip_string, exact match)
+    "as_released": dict(
+        minibatch_order="agent_order", cross_eos="keep_text", same_tokenizer="reencode", reward="hendrycks"
+    ),
+}
+
+
+def with_fidelity(options: dict) -> dict:
+    """``options`` with its ``fidelity`` preset's values filled in where no key is given explicitly."""
+    preset = options.get("fidelity", "paper")
+    if preset not in FIDELITY:
+        return dict(options)  # the schema rejects it, naming the choices
+    return {**FIDELITY[preset], **options}
+
+
+def describe_fidelity(options: dict) -> str:
+    """How runs of ``options`` (run-config keys) train, for a caption: the preset and its choices (a
+    single-agent method reads only the reward), naming the keys set against the preset."""
+    resolved = with_fidelity(options)
+    preset = resolved.get("fidelity", "paper")
+    keys = list(FIDELITY[preset])
+    against = [k for k in FIDELITY[preset] if k in options and options[k] != FIDELITY[preset][k]]
+    said = ", ".join(f"{k} {resolved[k]}" for k in keys)
+    if against:
+        return f"{preset} preset, {' and '.join(against)} set against it ({said})"
+    return f"{preset} preset ({said})"
+
+
 def split_runtime(options: dict) -> tuple[dict, dict]:
     """``options`` (run-config keys) → (what the run computes, its :data:`RUNTIME_OPTIONS`)."""
     spec = {k: v for k, v in options.items() if k not in RUNTIME_OPTIONS}
@@ -90,10 +129,16 @@ class TrainConfig(BaseModel):
     delta_step: DeltaStep | None = None  # stepwise clip increment δ_step (§3.5)
     capability_window: int = Field(5, ge=1)
     omega_warmup_steps: int = Field(0, ge=0)
+    # The preset of the four choices below (FIDELITY): paper | as_released; an explicit key wins.
+    fidelity: Literal["paper", "as_released"] = "paper"
     # the order of a learner's rows through its updates (hacpo.engines.core.order): mixed | self_first |
     # agent_order (by generating agent, then prompt: the authors' released code, spec §10)
     minibatch_order: Literal["mixed", "self_first", "agent_order"] = "mixed"
-    cross_eos: Literal["strip", "keep_text"] = "strip"
+    cross_eos: Literal["strip", "keep_text"] = "strip"  # the source's EOS in shared text (agents.retokenize)
+    # identical tokenizers: reuse the source's ids, or decode and re-encode as between different ones
+    same_tokenizer: Literal["reuse_ids", "reencode"] = "reuse_ids"
+    # the training and validation reward (hacpo.reward.REWARDS); benchmarks are always scored by math-verify
+    reward: Literal["math_verify", "hendrycks"] = "math_verify"
     # The spec's alternative readings (hacpo.algo.VARIANT_KNOBS); None: the default reading. Each applies
     # to one method only. A Naive run always names its cross-ratio reading (filled in from the registry).
     gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] | None = None
@@ -132,6 +177,11 @@ class TrainConfig(BaseModel):
     progress: bool = False
     # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
     openrlhf: OpenRLHFOptions | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fidelity_preset(cls, data):
+        return with_fidelity(data) if isinstance(data, dict) else data
 
     @field_validator("method")
     @classmethod
@@ -190,11 +240,28 @@ class TrainConfig(BaseModel):
         hyper = {k: getattr(self, k) for k in HACPO_KNOBS if getattr(self, k) is not None}
         return self.resolved_method().loss_spec(kl_beta=self.kl_beta, **hyper)
 
+    def preset_overrides(self) -> dict[str, str]:
+        """The keys set against this run's ``fidelity`` preset, with their values."""
+        preset = FIDELITY[self.fidelity]
+        return {k: getattr(self, k) for k, v in preset.items() if getattr(self, k) != v}
+
+    def fidelity_record(self) -> dict:
+        """What ``run.json`` details say of the preset: its name, its four values, the keys set against it."""
+        return {
+            "preset": self.fidelity,
+            **{k: getattr(self, k) for k in FIDELITY[self.fidelity]},
+            "overrides": self.preset_overrides(),
+        }
+
     def run_spec(self) -> dict:
-        """What the run computes: every option except :data:`RUNTIME_OPTIONS`, defaults filled in."""
-        keep = self.model_dump(exclude=set(RUNTIME_OPTIONS))
-        if keep["precision"] == "fp32":  # the default: runs from before the option keep their identity
-            del keep["precision"]
+        """What the run computes: every option except :data:`RUNTIME_OPTIONS`, defaults filled in. The
+        preset's name is left out (its four values are in); options newer than a run keep its identity at
+        their defaults."""
+        keep = self.model_dump(exclude={*RUNTIME_OPTIONS, "fidelity"})
+        newer = {"precision": "fp32", "same_tokenizer": "reuse_ids", "reward": "math_verify"}
+        for key, default in newer.items():
+            if keep[key] == default:
+                del keep[key]
         return keep
 
     def config_hash(self) -> str:

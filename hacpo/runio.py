@@ -3,6 +3,7 @@
 ```
 run_dir/run.json                         RunRecord: status, resumable step, config (+ hash), versions
 run_dir/metrics.jsonl                    one JSON object per training step (same schema for every engine)
+run_dir/updates.jsonl                    one JSON object per learner's optimizer update (Update)
 run_dir/profile.json                     per-phase wall time, tokens/s, peak memory
 run_dir/checkpoints/<agent>/step-N/      Hugging Face format (+ trainer_state.pt for resume)
 ```
@@ -339,6 +340,22 @@ class Validation:
         return {Validation.STEP: step, Validation.AGENT: agent, Validation.ACC: float(acc), Validation.N: n}
 
 
+class Update:
+    """The fields of an ``updates.jsonl`` row: one per optimizer update of one learner (issue 25), written by
+    :func:`hacpo.engines.core.metrics.update_record`; the figure of cross rows inside the clip reads them."""
+
+    STEP, AGENT, UPDATE = "step", "agent", "update"  # the run's step, the learner's name, m within the step
+    OWN_ROWS, CROSS_ROWS = "own_rows", "cross_rows"
+    CROSS_LO = "cross_lo"  # lo_m of the stepwise clip (§3.5); None for losses without it
+    CROSS_IN_BOUNDS = "cross_in_bounds_frac"  # cross rows with s in [lo_m, 1]: those that can carry gradient
+    OWN_CLIP, CROSS_CLIP = "own_clip_frac", "cross_clip_frac"  # rows whose clip is active (flat)
+    KL_TERM = "kl_term"  # whether the update had a KL term (it needs own rows)
+
+    @staticmethod
+    def row(step: int, agent: str, update: int, **fields) -> dict:
+        return {Update.STEP: step, Update.AGENT: agent, Update.UPDATE: update, **fields}
+
+
 class MetricsLog:
     """Append-only ``metrics.jsonl``; each line is flushed and fsynced so a kill loses at most one line."""
 
@@ -366,9 +383,16 @@ class MetricsLog:
         atomic_write_text(self.path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
 
     def append(self, row: dict) -> None:
+        self.extend([row])
+
+    def extend(self, rows: Iterable[dict]) -> None:
+        """Append ``rows`` in one write, flushed and fsynced."""
+        text = "".join(json.dumps(row, sort_keys=True, default=float) + "\n" for row in rows)
+        if not text:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
-            f.write(json.dumps(row, sort_keys=True, default=float) + "\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
 

@@ -9,12 +9,13 @@ import json
 import pytest
 import torch
 
-from hacpo.algo import CapabilityTracker
+from hacpo.algo import CapabilityTracker, get_method
 from hacpo.config import load_train_config
-from hacpo.engines.core import AgentRollouts, RunLoop, train_step
+from hacpo.engines.core import AgentRollouts, RunLoop, StepResult, train_step
+from hacpo.engines.core.metrics import aggregate, merge_parts, update_record
 from hacpo.engines.core.order import minibatch_order
 from hacpo.engines.phases import Phases
-from hacpo.runio import Metric
+from hacpo.runio import Metric, Update
 
 
 def _loop(tmp_path, val_size=4, **cfg):
@@ -38,7 +39,8 @@ class Engine:
 
     def train_step(self, step):
         self.calls.append(("step", step))
-        return {"step": step, "a/reward": 0.5}
+        updates = [Update.row(step, agent, m, own_rows=2) for agent in "ab" for m in range(2)]
+        return StepResult({"step": step, "a/reward": 0.5}, updates)
 
     def validate(self, step):
         self.calls.append(("validate", step))
@@ -62,6 +64,10 @@ def test_a_fresh_run_validates_at_0_every_val_every_and_at_the_end(tmp_path):
     metrics = loop.metrics.read()
     assert [r["step"] for r in metrics] == [0, 1, 2, 3, 4]
     assert all(r["time/validate_s"] >= 0 for r in metrics)
+    updates = loop.updates.read()
+    assert [(r["step"], r["agent"], r["update"]) for r in updates] == [
+        (s, a, m) for s in range(5) for a in "ab" for m in range(2)
+    ]
 
 
 def test_without_validation_problems_nothing_is_validated(tmp_path):
@@ -89,6 +95,7 @@ def test_a_resumed_run_keeps_exactly_the_rows_before_its_checkpoint(tmp_path, lo
     resumed = Engine()
     loop.resume(2, resumed.validate)
     assert [r["step"] for r in loop.metrics.read()] == [0, 1]
+    assert sorted({r["step"] for r in loop.updates.read()}) == [0, 1]
     assert resumed.calls == ([] if lost == "nothing" else [("validate", 2)])
     loop.run(2, resumed.train_step, resumed.validate, resumed.save_checkpoint)
 
@@ -97,6 +104,7 @@ def test_a_resumed_run_keeps_exactly_the_rows_before_its_checkpoint(tmp_path, lo
 
     assert strip(loop.metrics.read()) == strip(whole.metrics.read())
     assert loop.validation.read() == whole.validation.read()
+    assert loop.updates.read() == whole.updates.read()  # no duplicates, no gaps
 
 
 def test_validation_must_answer_for_every_agent(tmp_path):
@@ -125,7 +133,7 @@ class RecordingStepEngine:
 
     def update(self, k, rows, step, problems):
         self.calls.append(("update", k, rows, step))
-        return {"loss": 0.5 + k}
+        return [{"update": m, "loss": 0.25 + k + m / 2, "rows": 8, "own_rows": 8 - 4 * m} for m in range(2)]
 
     def sync(self):
         self.calls.append(("sync",))
@@ -138,7 +146,9 @@ class RecordingStepEngine:
 def test_a_step_runs_the_stages_in_the_specs_order_and_names_its_metrics_once(n):
     engine, names = RecordingStepEngine(n), ["a", "b", "c"][:n]
     tracker = CapabilityTracker(n, window=5, warmup_steps=0)
-    row = train_step(engine, names, 7, ["p1", "p2"], samples=4, tracker=tracker, phase=Phases())
+    spec = get_method("hacpo").loss_spec()
+    result = train_step(engine, names, 7, ["p1", "p2"], samples=4, tracker=tracker, phase=Phases(), spec=spec)
+    row = result.row
     rows_of = [f"rows of {k}" for k in range(n)]
     assert engine.calls == [
         *[("rollout", k) for k in range(n)],  # every agent samples before anything else
@@ -151,13 +161,47 @@ def test_a_step_runs_the_stages_in_the_specs_order_and_names_its_metrics_once(n)
     for k, name in enumerate(names):
         assert row[Metric.of(name, Metric.REWARD)] == (k + 1) / 4
         assert row[Metric.of(name, Metric.RESPONSE_TOKENS)] == 3.0
-        assert row[Metric.of(name, "loss")] == 0.5 + k
+        assert row[Metric.of(name, "loss")] == 0.5 + k  # the mean over its two updates
+        assert row[Metric.of(name, "updates")] == 2
         assert row[Metric.of(name, Metric.P_HAT)] == pytest.approx((k + 1) / 4)
     assert (Metric.OMEGA in row) == (n > 1)
     if n > 1:
         assert torch.tensor(row[Metric.OMEGA]).shape == (n, n)
     timed = {Metric.STEP_S, Metric.TOKENS_PER_S, Metric.phase("retokenize"), Metric.phase("update")}
     assert timed <= set(row)
+    assert [(u["agent"], u["update"], u["own_rows"], u["cross_rows"]) for u in result.updates] == [
+        (name, m, 8 - 4 * m, 4 * m) for name in names for m in range(2)
+    ]
+    assert [u["cross_lo"] for u in result.updates[:2]] == [0.8, 0.825]  # lo_m of the paper's default
+
+
+def test_parts_merge_to_the_whole_mini_batchs_metrics():
+    """Micro-batches (or data-parallel shares) of one update: shares add up, means cover their own rows."""
+    parts = [
+        (4, {"rows": 4, "own_rows": 4, "loss": 0.25, "own_clip_frac": 0.5, "s_homo_min": 0.9}),
+        (4, {"rows": 4, "own_rows": 1, "loss": 0.5, "own_clip_frac": 0.0, "cross_in_bounds_frac": 1 / 3,
+             "s_homo_min": 0.7, "grad_norm": 2.0}),
+    ]  # fmt: skip
+    whole = merge_parts(parts)
+    assert (whole["rows"], whole["own_rows"], whole["loss"]) == (8, 5, 0.75)
+    assert whole["own_clip_frac"] == pytest.approx(0.4)  # 2 of 5 own rows
+    assert whole["cross_in_bounds_frac"] == pytest.approx(1 / 3) and whole["s_homo_min"] == 0.7
+    step = aggregate([{"update": 0, "loss": 1.0, "kl": 0.5}, {"update": 1, "loss": 3.0}])
+    assert step == {"updates": 2.0, "loss": 2.0, "kl": 0.5}  # kl: only the update that had own rows
+
+
+def test_update_records_say_lo_m_even_without_cross_rows():
+    hacpo, gspo = get_method("hacpo").loss_spec(), get_method("gspo").loss_spec()
+    own_only = {"update": 3, "rows": 8, "own_rows": 8, "own_clip_frac": 0.25, "kl": 0.1}
+    rec = update_record(5, "a", own_only, hacpo)
+    assert rec == {
+        "step": 5, "agent": "a", "update": 3, "own_rows": 8, "cross_rows": 0, "cross_lo": 0.875,
+        "cross_in_bounds_frac": None, "own_clip_frac": 0.25, "cross_clip_frac": None, "kl_term": True,
+    }  # fmt: skip
+    cross = {"update": 0, "rows": 8, "own_rows": 0, "cross_in_bounds_frac": 0.75}
+    rec = update_record(5, "a", cross, hacpo)
+    assert (rec["cross_rows"], rec["cross_clip_frac"], rec["kl_term"]) == (8, 0.25, False)
+    assert update_record(5, "a", own_only, gspo)["cross_lo"] is None
 
 
 ROWS = dict(  # a learner's buffer: agent 1's rows (its own) first, then agent 0's, prompts interleaved

@@ -165,7 +165,7 @@ def assert_nothing_partial_passes_for_complete(run_dir: Path) -> None:
         assert step == 0 or step in checkpoint_steps(run_dir, AGENTS), f"run.json's step {step} is gone"
     for ckpt in (run_dir / "checkpoints").glob("*/step-*"):
         assert CHECKPOINT_FILES <= {p.name for p in ckpt.iterdir()}, ckpt
-    for log in ("metrics.jsonl", "validation.jsonl"):
+    for log in ("metrics.jsonl", "validation.jsonl", "updates.jsonl"):
         lines = (run_dir / log).read_text().split("\n") if (run_dir / log).exists() else []
         for line in lines[:-1]:
             json.loads(line)
@@ -177,6 +177,7 @@ def assert_same_run(ref: Path, run: Path) -> None:
     strip = [without_timing(r) for r in read_jsonl(ref / "metrics.jsonl")]
     assert [without_timing(r) for r in read_jsonl(run / "metrics.jsonl")] == strip  # strict: no torn line
     assert read_jsonl(run / "validation.jsonl") == read_jsonl(ref / "validation.jsonl")
+    assert read_jsonl(run / "updates.jsonl") == read_jsonl(ref / "updates.jsonl")  # no duplicates, no gaps
     assert sorted(p.relative_to(run) for p in (run / "checkpoints").rglob("*")) == sorted(
         p.relative_to(ref) for p in (ref / "checkpoints").rglob("*")
     )

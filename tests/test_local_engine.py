@@ -102,7 +102,7 @@ def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
     monkeypatch.setattr(losses, "policy_loss", spy)
     cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], "hacpo", data=toy_data, steps=1)
     trainer = LocalTrainer(cfg)
-    row = trainer.train_step(0)
+    row = trainer.train_step(0).row
     omega = torch.tensor(row["omega"], dtype=torch.float64)
     assert [s[0] for s in seen] == [0, 1, 2, 3, 0, 1, 2, 3]  # m resets per learner and step
     for i, (m, own, w, spec, metrics) in enumerate(seen):
@@ -136,7 +136,7 @@ def test_identical_agents_give_unit_cross_ratio(tmp_path, toy_data, small_agent)
         minibatch_size=32,
         kl_beta=0.0,
     )
-    row = LocalTrainer(cfg).train_step(0)
+    row = LocalTrainer(cfg).train_step(0).row
     assert row["a/updates"] == 1
     assert row["a/s_hete_mean"] == pytest.approx(1.0, abs=RATIO_TOL)
     assert row["a/s_hete_min"] == pytest.approx(1.0, abs=RATIO_TOL)
@@ -190,6 +190,11 @@ def test_resume_after_kill_matches_uninterrupted(
     vb = MetricsLog(tmp_path / "killed/hacpo/validation.jsonl").read()
     assert [v["step"] for v in va] == ([0, 0, 2, 2, 4, 4] if val_every else [0, 0, 4, 4])
     assert va == vb
+    ua = MetricsLog(tmp_path / "ref/hacpo/updates.jsonl").read()
+    ub = MetricsLog(tmp_path / "killed/hacpo/updates.jsonl").read()
+    assert [(u["step"], u["agent"]) for u in ub] == [(u["step"], u["agent"]) for u in ua]  # no dups, no gaps
+    if TEST_DEVICE == "cpu":
+        assert ua == ub
 
 
 def test_resume_on_another_device_type_is_refused(tmp_path, toy_data, small_agent, monkeypatch):
@@ -288,7 +293,7 @@ def test_paper_prompt_wording_with_variable_length_prompts(tmp_path, small_agent
     assert not bool(mask.all())  # genuinely left-padded
     text = trainer.agents[0].tok.decode(ids[0][mask[0]])
     assert "Let's think step by step and output the final answer within \\boxed{}." in text
-    row = trainer.train_step(0)
+    row = trainer.train_step(0).row
     for name in ("llama", "qwen"):
         assert row[f"{name}/updates"] == 4
         assert row[f"{name}/s_homo_mean"] == pytest.approx(1.0, abs=2e-2)
@@ -334,6 +339,38 @@ def test_skipping_dead_rows_is_exact(tmp_path, toy_data, small_agent, other_agen
         ).state_dict()
         for k in wa:
             assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+@pytest.mark.parametrize("order", ["agent_order", "mixed", "self_first"])
+def test_updates_jsonl_shows_each_orders_rows_per_update(tmp_path, toy_data, small_agent, other_agent, order):
+    """Issue 25's check: 2 agents, 4 prompts × 4 samples each, mini-batches of 8 rows: 32 rows per learner,
+    4 updates. agent_order: own rows 8, 8, 0, 0 for the first agent and 0, 0, 8, 8 for the second, every step,
+    lo_m 0.8 … 0.875; self_first: 8, 8, 0, 0 for both; mixed: own and cross rows together."""
+    agents = [("llama", small_agent), ("qwen", other_agent)]
+    kw = dict(prompts_per_step=4, group_size=4, minibatch_size=8, minibatch_order=order)
+    cfg = _cfg(tmp_path, agents, "hacpo", data=toy_data, steps=2, **kw)
+    train(cfg)
+    updates = MetricsLog(tmp_path / "hacpo" / "updates.jsonl").read()
+    assert [(u["step"], u["agent"], u["update"]) for u in updates] == [
+        (s, a, m) for s in range(2) for a in ("llama", "qwen") for m in range(4)
+    ]
+    assert all(u["own_rows"] + u["cross_rows"] == 8 for u in updates)
+    assert [u["cross_lo"] for u in updates[:4]] == [0.8, 0.825, 0.85, 0.875]
+    own = {(u["step"], u["agent"]): [] for u in updates}
+    for u in updates:
+        own[u["step"], u["agent"]].append(u["own_rows"])
+        assert u["kl_term"] == (u["own_rows"] > 0)  # no own row, no KL term
+        assert (u["cross_in_bounds_frac"] is None) == (u["cross_rows"] == 0)
+    first, second = {"agent_order": ([8, 8, 0, 0], [0, 0, 8, 8]), "self_first": ([8, 8, 0, 0],) * 2}.get(
+        order, (None, None)
+    )
+    for (_step, agent), rows in own.items():
+        if order == "mixed":
+            assert sum(rows) == 16
+        else:
+            assert rows == (first if agent == "llama" else second)
+    if order == "mixed":
+        assert any(0 < u["own_rows"] < 8 for u in updates)  # a mixed mini-batch
 
 
 def test_agent_order_gives_every_learner_the_rows_by_generating_agent_then_prompt(
@@ -396,7 +433,7 @@ def test_knobs_a_method_does_not_read_are_refused(change, message):
 # ------------------------------------------------------------------------ real model sizes (issue 12)
 def _one_step_weights(cfg) -> tuple[dict, list[torch.Tensor]]:
     trainer = LocalTrainer(cfg)
-    row = trainer.train_step(0)
+    row = trainer.train_step(0).row
     return row, [torch.cat([p.detach().reshape(-1) for p in a.model.parameters()]) for a in trainer.agents]
 
 
@@ -513,7 +550,7 @@ def test_bf16_precision_trains_and_is_part_of_the_identity(tmp_path, small_agent
     before = [
         torch.cat([p.detach().reshape(-1).clone() for p in a.model.parameters()]) for a in trainer.agents
     ]
-    row = trainer.train_step(0)
+    row = trainer.train_step(0).row
     for a, b in zip(trainer.agents, before, strict=True):
         after = torch.cat([p.detach().reshape(-1) for p in a.model.parameters()])
         assert after.dtype == torch.float32 and not torch.equal(after, b)
@@ -526,6 +563,7 @@ def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent
     import json
 
     cfg = _cfg(tmp_path, [("llama", small_agent)], "gspo", data=toy_data)
-    new = {"precision", "gradient_checkpointing", "micro_batch_tokens", "generation_batch_tokens"}
+    new = {"precision", "gradient_checkpointing", "micro_batch_tokens", "generation_batch_tokens", "fidelity"}
+    new |= {"same_tokenizer", "reward"}  # issue 25: at their defaults a run keeps its identity
     old = cfg.model_dump(exclude={"progress", "threads", "scorer_workers", "device", "openrlhf", *new})
     assert cfg.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]

@@ -336,6 +336,13 @@ BAD = [
         {"kind": "curves", "pairs": ["mixed"], "methods": ["hacpo"]},
         "figures.table1: a table has this name too",
     ),
+    (
+        "figures.clip_by_update",
+        {"kind": "updates", "pairs": ["mixed"], "methods": ["hacpo", "naive"]},
+        "figures.clip_by_update.methods.1: 'naive' has no stepwise clip (a HACPO loss has)",
+    ),
+    ("training.minibatch_order", "by_agent", "training: minibatch_order: Input should be 'mixed', 'self_f"),
+    ("training.fidelity", "released", "training: fidelity: Input should be 'paper' or 'as_released'"),
 ]
 
 
@@ -403,3 +410,22 @@ def test_naive_rows_say_which_reading_made_them():
         assert cfg.naive_cross_ratio == cfg.resolved_method().naive_cross_ratio == reading
     paper = pipe("paper")
     assert [r.group for r in paper.runs if r.method == "naive_source"] == ["q1p7b_q4b", "q4b_l3b", "q4b_q4bi"]
+
+
+def test_an_opt_in_view_is_built_only_when_named():
+    """default: false (the toy order-sensitivity table): not in the default target, nor its runs in
+    train_all and the profiles, but a named target with its own runs, whose captions say each row's preset."""
+    p = pipe("config")
+    targets = p.final_targets()
+    assert "results/tables/order_sensitivity.md" not in targets and "results/tables/table6.md" in targets
+    assert "results/figures/order_clip_by_update.png" not in targets
+    assert not any(r.method == "hacpo_agent_order" for r in p.runs)
+    files, spec = p.table("order_sensitivity")
+    assert len([f for f in files if "/hacpo_agent_order/" in f]) == 5 * 2  # 5 seeds × both agents' evals
+    note = spec["note"]
+    assert "HACPO (as released): the as_released preset (minibatch_order agent_order" in note
+    assert "HACPO (self first): the paper preset, minibatch_order set against it" in note
+    files, fig = p.figure("order_clip_by_update")
+    lines = fig["panels"][0]["lines"]
+    assert fig["kind"] == "updates" and len(lines) == 4
+    assert lines[1]["updates"][0] == "results/runs/joint/size/hacpo_agent_order/seed0/updates.jsonl"

@@ -469,3 +469,44 @@ def test_figure_curves(tmp_path):
     assert {float(r["value"]) for r in rows if r["agent"] == "big" and r["step"] == "0"} == {1.1, 1.2}
     spec["kind"] = "bars"
     assert _run(["report", "figure", "--spec", json.dumps(spec), "--out-prefix", str(out)]) == 2
+
+
+def test_figure_updates_plots_the_share_of_cross_rows_inside_the_clip_per_update(tmp_path):
+    """kind: updates (issue 25): one point per (seed, step, update m) that had cross rows, x = m; updates
+    without cross rows (share None) are not points; a line's agent filters the learner."""
+    from hacpo.runio import Update
+
+    def log(name, shares):
+        rows = [
+            Update.row(step, agent, m, own_rows=8 - 4 * bool(share), cross_rows=4 * bool(share),
+                       cross_lo=0.8 + 0.025 * m, cross_in_bounds_frac=share, kl_term=True)
+            for step in (0, 1) for agent in ("small", "big") for m, share in enumerate(shares)
+        ]  # fmt: skip
+        return _jsonl(tmp_path / name / "updates.jsonl", rows)
+
+    spec = {
+        "figure": "clip_by_update",
+        "kind": "updates",
+        "y_label": "cross rows inside [lo_m, 1] (share)",
+        "panels": [
+            {
+                "title": "small",
+                "agent": "small",
+                "lines": [
+                    {"label": "HACPO", "method": "hacpo", "updates": [log("a", [None, 0.5, 0.75, 1.0])]},
+                    {"label": "HACPO (agent order)", "method": "hacpo_agent_order",
+                     "updates": [log("b", [0.25, 0.5, None, None])]},
+                ],
+            }
+        ],
+    }  # fmt: skip
+    out = tmp_path / "figures" / "clip_by_update"
+    assert _run(["report", "figure", "--spec", json.dumps(spec), "--out-prefix", str(out)]) == 0
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    rows = list(csv.DictReader(out.with_suffix(".csv").open()))
+    assert len(rows) == 2 * 3 + 2 * 2  # steps × updates with cross rows, per line
+    hacpo = [(r["step"], r["update"], float(r["value"])) for r in rows if r["method"] == "hacpo"]
+    assert hacpo[:3] == [("0", "1", 0.5), ("0", "2", 0.75), ("0", "3", 1.0)]
+    spec["panels"][0]["lines"][0]["updates"] = [log("c", [None] * 4)]
+    spec["panels"][0]["lines"] = spec["panels"][0]["lines"][:1]
+    assert _run(["report", "figure", "--spec", json.dumps(spec), "--out-prefix", str(out)]) == 2  # no points

@@ -33,8 +33,10 @@ def run(args, cwd=ROOT, check=True, timeout=600, **kw):
     return out
 
 
-def job_counts(configfile: Path, workdir: Path, profile: str | None = None) -> dict[str, int]:
-    """Jobs per rule of a dry run, from Snakemake's own summary table."""
+def job_counts(
+    configfile: Path, workdir: Path, profile: str | None = None, targets: tuple[str, ...] = ()
+) -> dict[str, int]:
+    """Jobs per rule of a dry run (of ``targets``; none: the default target), from Snakemake's summary."""
     args = [
         *SNAKEMAKE,
         "-n",
@@ -47,7 +49,7 @@ def job_counts(configfile: Path, workdir: Path, profile: str | None = None) -> d
     ]
     if profile:
         args += ["--workflow-profile", str(ROOT / "profiles" / profile)]
-    out = run(args).stdout
+    out = run([*args, *targets]).stdout
     stats = out[out.index("Job stats:") :].splitlines()[3:]
     counts = {}
     for line in stats:
@@ -73,10 +75,15 @@ def test_default_config_dry_run_resolves_every_table(tmp_path):
         "train": 57,  # 30 single-agent + 27 joint runs (hacpo plan)
         "evaluate": 82,
         "table": 11,
-        "figure": 2,
+        "figure": 3,  # Figures 2, 3 and the cross rows inside the stepwise clip by update
         "collect_profiles": 1,
         "all": 1,
     }
+    # the opt-in order sensitivity (default: false): only when named, with exactly its runs
+    named = job_counts(ROOT / "config" / "config.yaml", tmp_path, targets=("order_sensitivity",))
+    assert named["train"] == 20 and named["table"] == 1  # 4 HACPO variants × 5 seeds
+    assert named["evaluate"] == 40  # both agents of each run
+    assert "figure" not in named and "collect_profiles" not in named
 
 
 def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_jobs(tmp_path):
@@ -89,7 +96,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
         "train": 69,
         "evaluate": 106,
         "table": 11,
-        "figure": 2,
+        "figure": 3,  # Figures 2, 3 and the cross rows inside the stepwise clip by update
         "collect_profiles": 1,
         "all": 1,
     }
@@ -183,9 +190,10 @@ def test_rehearsal_dags_have_the_papers_shape_on_cpu(tmp_path):
     """config/rehearsal.yaml (CI runs its twin, config/rehearsal-ci.yaml, for real): every method of Tables
     1–3 and the ablations, two pairs and a 3-agent run, all with engine: openrlhf behind the CPU launcher."""
     full = job_counts(ROOT / "config" / "rehearsal.yaml", tmp_path / "full")
-    assert (full["train"], full["evaluate"], full["table"], full["figure"]) == (27, 35, 10, 2)
+    # figures: 2 and 3, and the cross rows inside the stepwise clip by update (issue 25)
+    assert (full["train"], full["evaluate"], full["table"], full["figure"]) == (27, 35, 10, 3)
     ci = job_counts(ROOT / "config" / "rehearsal-ci.yaml", tmp_path / "ci")
-    assert (ci["train"], ci["evaluate"], ci["table"], ci["figure"]) == (5, 10, 7, 1)
+    assert (ci["train"], ci["evaluate"], ci["table"], ci["figure"]) == (5, 10, 7, 2)
     out = run([*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "rehearsal-ci.yaml"),
                "--directory", str(tmp_path / "ci")]).stdout  # fmt: skip
     assert out.count("--engine openrlhf") == 5 and out.count("--engine vllm") == 10

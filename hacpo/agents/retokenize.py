@@ -147,10 +147,13 @@ def cross_tokens(
     cross_eos: str = "strip",
     *,
     source_stops: Collection[int] | None = None,
+    reuse_same: bool = True,
 ) -> CrossTokens:
     """Map generated responses (source ids, right-padded after EOS) into the learner's token space.
 
-    Identical tokenizers: ids cut after the first EOS (kept) and reused; ``source_len`` = that length.
+    Identical tokenizers (unless ``reuse_same`` is off: ``same_tokenizer: reencode``, the released code, which
+    decodes and re-encodes every response): ids cut after the first EOS (kept) and reused; ``source_len`` =
+    that length.
     Different tokenizers: :func:`response_text` → :func:`retokenize`; ``source_len`` from
     :func:`source_token_count` with the same ``cross_eos``. ``source_stops``: every id that ends the
     source's generations (:func:`stop_token_ids`; default its tokenizer's EOS).
@@ -158,7 +161,7 @@ def cross_tokens(
     _check_mode(cross_eos)
     rows = [_ids(r) for r in responses]
     eos = frozenset(source_stops) if source_stops else source_tok.eos_token_id
-    if same_tokenizer(source_tok, learner_tok):
+    if reuse_same and same_tokenizer(source_tok, learner_tok):
         ids = []
         for r in rows:
             n = source_token_count(r, eos, "keep_text")

@@ -152,8 +152,11 @@ def cmd_plan(args) -> int:
     print(f"{len(pipe.cfg.pairs)} pairs")
     for name, pair in pipe.cfg.pairs.items():
         print(f"  {name:32s} {' + '.join(pair.agents)}  ({pair.heterogeneity or 'heterogeneity not stated'})")
-    evals = sorted({f for t in pipe.cfg.tables for f in pipe.table(t)[0] if "/eval/" in f})
-    print(f"{len(evals)} evaluation jobs; {len(pipe.cfg.tables)} tables; {len(pipe.cfg.figures)} figures")
+    tables, figures = pipe.defaults("tables"), pipe.defaults("figures")
+    evals = sorted({f for t in tables for f in pipe.table(t)[0] if "/eval/" in f})
+    print(f"{len(evals)} evaluation jobs; {len(tables)} tables; {len(figures)} figures")
+    if opt_in := [n for n in [*pipe.cfg.tables, *pipe.cfg.figures] if n not in {*tables, *figures}]:
+        print(f"built only when named (default: false): snakemake {' '.join(opt_in)}")
     return 0
 
 

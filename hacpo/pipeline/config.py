@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from hacpo.algo import HACPO_KNOBS, get_method
 from hacpo.config import Alpha, CrossClipLow, DeltaStep
@@ -44,6 +52,16 @@ def _check_train_keys(d: dict) -> dict:
     bad = sorted(set(d) - known)
     if bad:
         raise ValueError(f"unknown training key(s) {bad}; settable keys: {', '.join(sorted(known))}")
+    problems = []
+    for key, value in d.items():  # each value as the run config checks it, before any job
+        field = TrainConfig.model_fields[key]
+        try:
+            kind = Annotated[field.annotation, *field.metadata] if field.metadata else field.annotation
+            TypeAdapter(kind).validate_python(value)
+        except ValidationError as err:
+            problems += [f"{key}: {e['msg'].removeprefix('Value error, ')}" for e in err.errors()]
+    if problems:
+        raise ValueError("; ".join(problems))
     return d
 
 
@@ -230,8 +248,15 @@ class EvalSetting(_Strict):
     LOCAL_ONLY: ClassVar[tuple[str, ...]] = ("batch_tokens", "precision")  # passed to the local generator
 
 
-class _Table(_Strict):
+class _View(_Strict):
+    """What every table and figure has."""
+
     title: str | None = None
+    # False: built only when named (`snakemake <name>`), never by the default target (nor its runs)
+    default: bool = True
+
+
+class _Table(_View):
     note: str | None = None
 
 
@@ -289,12 +314,23 @@ Table = Annotated[
 ]
 
 
-class CurvesFigure(_Strict):
+class CurvesFigure(_View):
+    """Validation accuracy against the step, a line per method, a panel per agent of each pair."""
+
     kind: Literal["curves"]
-    title: str | None = None
     pairs: list[Id] = Field(min_length=1)
     methods: list[Id] = Field(min_length=1)
     seeds: list[int] | None = None
+
+
+class UpdatesFigure(CurvesFigure):
+    """The share of cross rows inside the stepwise clip against the update m (``updates.jsonl``): which
+    cross rows can carry gradient under each method's mini-batch order (issue 25). HACPO losses only."""
+
+    kind: Literal["updates"]
+
+
+Figure = Annotated[CurvesFigure | UpdatesFigure, Field(discriminator="kind")]
 
 
 class SftData(_Strict):
@@ -322,7 +358,7 @@ class PipelineConfig(_Strict):
     benchmarks: dict[Id, Benchmark]
     eval_settings: dict[Id, EvalSetting]
     tables: dict[Id, Table] = {}
-    figures: dict[Id, CurvesFigure] = {}
+    figures: dict[Id, Figure] = {}
     report: ReportSettings = ReportSettings()
 
     _v = field_validator("training")(classmethod(lambda cls, v: _check_train_keys(v)))
@@ -449,6 +485,10 @@ class PipelineConfig(_Strict):
         if getattr(t, "kind", None) == "ratio_stats" and t.method in methods:
             if not self.registry_method(t.method).joint:
                 errs.append(f"{path}.method: {t.method!r} is single-agent; s_hete needs a joint method")
+        if getattr(t, "kind", None) == "updates":
+            for i, m in enumerate(t.methods):
+                if m in methods and self.registry_method(m).loss != "hacpo":
+                    errs.append(f"{path}.methods.{i}: {m!r} has no stepwise clip (a HACPO loss has)")
         return errs
 
     # ------------------------------------------------------------------ lookups used by the pipeline

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
 
-from hacpo.config import split_runtime
+from hacpo.config import describe_fidelity, split_runtime
 
 from .config import PipelineConfig, alpha_variant, load_pipeline_config
 
@@ -375,8 +375,26 @@ class Pipeline:
         ]
         methods = [*(getattr(spec, "methods", None) or []), getattr(spec, "method", None)]
         notes += [self.naive_note(m) for m in methods if m and m != "base" and self.naive_reading(m)]
+        if spec.kind != "hyperparams":
+            notes.append(self.recipe_note(spec))
         common["note"] = " ".join([common["note"], *notes]).strip()
         return sorted(set(files)), {**common, **out}
+
+    def recipe_note(self, spec) -> str:
+        """What a table's caption says of how its runs trained (issue 25): the fidelity preset and its
+        choices (mini-batch order, cross EOS, identical tokenizers, reward), per group of rows where they
+        differ."""
+        pairs = getattr(spec, "pairs", None) or [spec.pair]
+        methods = getattr(spec, "methods", None) or [getattr(spec, "method", None) or "hacpo"]
+        groups: dict[str, dict[str, None]] = {}
+        for method in (m for m in methods if m != "base"):
+            for pair in pairs:
+                run = self.run(method, pair, self.cfg.pairs[pair].agents[0], 0)
+                how = describe_fidelity(self.train_settings(run))
+                groups.setdefault(how, {})[self.label(method)] = None
+        if len(groups) == 1:
+            return f"Trained under the {next(iter(groups))}."
+        return "Trained under: " + "; ".join(f"{', '.join(g)}: the {how}" for how, g in groups.items()) + "."
 
     def naive_reading(self, method: str) -> str | None:
         """The cross-ratio reading of a Naive method entry (spec §2.5), None for other methods."""
@@ -503,45 +521,54 @@ class Pipeline:
     def figure(self, name: str) -> tuple[list[str], dict]:
         f = self.cfg.figures[name]
         seeds, files, panels = self.seeds(f), [], []
+        # the run log each line reads, and the spec key that lists it (hacpo.report.figures.KINDS)
+        log, key = {"curves": ("validation", "validations"), "updates": ("updates", "updates")}[f.kind]
         for pair in f.pairs:
             for model in self.cfg.pairs[pair].agents:
                 lines = []
                 for method in f.methods:
                     runs = [self.run(method, pair, model, s) for s in seeds]
                     files += [self._needed(r).done for r in runs]
-                    lines.append(
-                        {
-                            "label": self.label(method),
-                            "method": method,
-                            "validations": [f"{r.dir}/validation.jsonl" for r in runs],
-                        }
-                    )
+                    logs = [f"{r.dir}/{log}.jsonl" for r in runs]
+                    lines.append({"label": self.label(method), "method": method, key: logs})
                 title = f"{self.cfg.models[model].label or model} ({pair} pair)"
                 panels.append({"title": title, "agent": model, "lines": lines})
         val = self.cfg.val_data or "validation"
         spec = {
             "figure": name,
-            "kind": "curves",
+            "kind": f.kind,
             "title": f.title or TABLE_TITLES.get(name, name),
-            "y_label": f"greedy accuracy on {val}",
+            "y_label": f"greedy accuracy on {val}"
+            if f.kind == "curves"
+            else "cross rows inside [lo_m, 1] (share)",
             "panels": panels,
         }
+        if f.kind == "updates":
+            spec["note"] = "Trained under the " + "; ".join(
+                f"{self.label(m)}: {describe_fidelity(self.train_settings(self.run(m, f.pairs[0], '', 0)))}"
+                for m in f.methods
+            )
         return sorted(set(files)), spec
 
     # -------------------------------------------------------------------------------------- targets
     @cached_property
     def runs(self) -> list[Run]:
-        """Every run some table or figure needs (each once, however many tables share it): the runs their
-        builders asked for, not paths parsed back."""
+        """Every run some table or figure of the default target needs (each once, however many tables share
+        it): the runs their builders asked for, not paths parsed back."""
         self._noted = set()
-        for name in self.cfg.tables:
+        for name in self.defaults("tables"):
             self.table(name)
-        for name in self.cfg.figures:
+        for name in self.defaults("figures"):
             self.figure(name)
         return sorted(self._noted)
 
+    def defaults(self, what: str) -> list[str]:
+        """The tables or figures the default target builds (``default: false`` ones only when named)."""
+        return [name for name, view in getattr(self.cfg, what).items() if view.default]
+
     def final_targets(self) -> list[str]:
-        files = [f for name in [*self.cfg.tables, *self.cfg.figures] for f in self.named_target(name)]
+        names = [*self.defaults("tables"), *self.defaults("figures")]
+        files = [f for name in names for f in self.named_target(name)]
         return files + [f"{R}/data/manifest.json", f"{R}/profiles.csv"]
 
     def named_target(self, name: str) -> list[str]:

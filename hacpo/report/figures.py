@@ -1,10 +1,14 @@
-"""Training-curve figures from a JSON spec (``kind: "curves"``): Figure 2 (HACPO vs GSPO vs GSPO×2) and
-Figure 3 (stepwise-clipping ablation), v2 numbering.
+"""Figures from a JSON spec, one panel per agent, one seaborn line per method:
 
-Each panel plots, per line (method), the in-training validation accuracy of one agent read from the runs'
-``validation.jsonl`` files (one per seed, rows filtered by ``agent``) against the training step. With several
-seeds seaborn draws the mean and a 95 % bootstrap confidence band. Writes ``<prefix>.png`` and the plotted
-points as ``<prefix>.csv``.
+- ``kind: "curves"``: Figure 2 (HACPO vs GSPO vs GSPO×2) and Figure 3 (stepwise-clipping ablation), v2
+  numbering: the in-training validation accuracy read from the runs' ``validation.jsonl`` files (one per seed,
+  rows filtered by ``agent``) against the training step;
+- ``kind: "updates"``: the share of a learner's cross rows inside the stepwise clip [lo_m, 1] (those that can
+  carry gradient) against the update m within a step, from the runs' ``updates.jsonl`` (issue 25): where the
+  mini-batch order puts cross rows decides how many meet the tighter early bounds.
+
+With several points per x (seeds; steps for ``updates``) seaborn draws the mean and a 95 % bootstrap band.
+Writes ``<prefix>.png`` and the plotted points as ``<prefix>.csv``.
 """
 
 from __future__ import annotations
@@ -16,35 +20,64 @@ from pathlib import Path
 import pandas as pd
 
 from hacpo.report.tables import _read_jsonl, _req
-from hacpo.runio import Validation, atomic_write_bytes, atomic_write_text
+from hacpo.runio import Update, Validation, atomic_write_bytes, atomic_write_text
 
 FIG_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "value"]
+UPDATE_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "update", "value"]
+
+
+def _line_rows(spec: dict, files: str, agent_field: str):
+    """(panel index, line, seed, where, row) for every row of every line's ``files`` of its panel's agent."""
+    for pi, panel in enumerate(_req(spec, "panels", "spec")):
+        agent = panel.get("agent")
+        for line in _req(panel, "lines", f"panel {pi}"):
+            where = f"panel {pi} ({panel.get('title', '')}), line {line.get('label', line.get('method'))!r}"
+            a = line.get("agent", agent)
+            if not _req(line, files, where):
+                raise ValueError(f"{where}: {files!r} is empty")
+            for seed, path in enumerate(line[files]):
+                got = [r for r in _read_jsonl(path, where) if a is None or r.get(agent_field) == a]
+                if not got:
+                    raise ValueError(f"{where}: no rows for agent {a!r} in {str(path)!r}")
+                for r in got:
+                    yield pi, a, line, seed, f"{where}: {str(path)!r}", r
+
+
+def _head(spec: dict, pi: int, agent, line: dict, seed: int) -> list:
+    label = str(line.get("label", line.get("method")))
+    return [spec.get("figure", ""), pi, agent, label, line.get("method", ""), seed]
 
 
 def curves_data(spec: dict) -> pd.DataFrame:
     """The plotted points: one row per (panel, line, seed file, step)."""
     rows = []
-    for pi, panel in enumerate(_req(spec, "panels", "spec")):
-        agent = panel.get("agent")
-        for line in _req(panel, "lines", f"panel {pi}"):
-            where = f"panel {pi} ({panel.get('title', '')}), line {line.get('label', line.get('method'))!r}"
-            a, key = line.get("agent", agent), line.get("metric", spec.get("metric", Validation.ACC))
-            if not _req(line, "validations", where):
-                raise ValueError(f"{where}: 'validations' is empty")
-            for seed, path in enumerate(line["validations"]):
-                got = [r for r in _read_jsonl(path, where) if a is None or r.get(Validation.AGENT) == a]
-                if not got:
-                    raise ValueError(f"{where}: no validation rows for agent {a!r} in {str(path)!r}")
-                for r in got:
-                    if key not in r or Validation.STEP not in r:
-                        lacks = f"{Validation.STEP!r} or {key!r}"
-                        raise ValueError(f"{where}: {str(path)!r} row lacks {lacks}: {r}")
-                    rows.append([spec.get("figure", ""), pi, a, str(line.get("label", line.get("method"))),
-                                 line.get("method", ""), seed, int(r[Validation.STEP]), float(r[key])])
+    for pi, a, line, seed, where, r in _line_rows(spec, "validations", Validation.AGENT):
+        key = line.get("metric", spec.get("metric", Validation.ACC))
+        if key not in r or Validation.STEP not in r:
+            raise ValueError(f"{where} row lacks {Validation.STEP!r} or {key!r}: {r}")
+        rows.append([*_head(spec, pi, a, line, seed), int(r[Validation.STEP]), float(r[key])])
     return pd.DataFrame(rows, columns=FIG_COLUMNS)
 
 
-def curves_figure(spec: dict, data: pd.DataFrame) -> bytes:
+def updates_data(spec: dict) -> pd.DataFrame:
+    """The plotted points: one row per (panel, line, seed file, step, update m) that had cross rows."""
+    rows = []
+    for pi, a, line, seed, where, r in _line_rows(spec, "updates", Update.AGENT):
+        if any(k not in r for k in (Update.STEP, Update.UPDATE, Update.CROSS_IN_BOUNDS)):
+            raise ValueError(f"{where} row is not an update record (hacpo.runio.Update): {r}")
+        if r[Update.CROSS_IN_BOUNDS] is not None:  # None: the update had no cross rows
+            value = float(r[Update.CROSS_IN_BOUNDS])
+            rows.append([*_head(spec, pi, a, line, seed), int(r[Update.STEP]), int(r[Update.UPDATE]), value])
+    return pd.DataFrame(rows, columns=UPDATE_COLUMNS)
+
+
+KINDS = {  # figure kind → (its points, the x column, the x label)
+    "curves": (curves_data, "step", "Training steps"),
+    "updates": (updates_data, "update", "Update m within a step"),
+}
+
+
+def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str = "Training steps") -> bytes:
     """A grid of panels (at most 3 columns), one seaborn line per method; PNG bytes."""
     import matplotlib
 
@@ -61,10 +94,10 @@ def curves_figure(spec: dict, data: pd.DataFrame) -> bytes:
     palette = dict(zip(labels, sns.color_palette(n_colors=len(labels)), strict=True))
     for pi, (ax, panel) in enumerate(zip(axes, panels, strict=False)):
         d = data[data.panel == pi]
-        band = ("ci", 95) if d.groupby("line").seed.nunique().max() > 1 else None
-        sns.lineplot(d, x="step", y="value", hue="line", palette=palette, errorbar=band, seed=0, marker="o",
+        band = ("ci", 95) if d.groupby(["line", x]).size().max() > 1 else None
+        sns.lineplot(d, x=x, y="value", hue="line", palette=palette, errorbar=band, seed=0, marker="o",
                      markersize=3, ax=ax)
-        ax.set(title=panel.get("title", ""), xlabel="Training steps", ylabel=spec.get("y_label", "accuracy"))
+        ax.set(title=panel.get("title", ""), xlabel=x_label, ylabel=spec.get("y_label", "accuracy"))
         ax.legend(title=None, fontsize="small")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
@@ -78,13 +111,16 @@ def curves_figure(spec: dict, data: pd.DataFrame) -> bytes:
 def write_figure(spec: dict, out_prefix: str | Path) -> list[Path]:
     """Write ``<prefix>.png`` and ``<prefix>.csv`` (the plotted points) atomically; returns the paths."""
     kind = _req(spec, "kind", "spec")
-    if kind != "curves":
-        raise ValueError(f"spec: unknown figure kind {kind!r} (known: ['curves'])")
+    if kind not in KINDS:
+        raise ValueError(f"spec: unknown figure kind {kind!r} (known: {sorted(KINDS)})")
     if not spec.get("panels"):
         raise ValueError("spec: 'panels' is missing or empty")
-    data = curves_data(spec)
+    points, x, x_label = KINDS[kind]
+    data = points(spec)
+    if data.empty:
+        raise ValueError(f"spec: figure {spec.get('figure', '')!r} has no points to plot")
     prefix = Path(out_prefix)
     png, csv = prefix.with_name(prefix.name + ".png"), prefix.with_name(prefix.name + ".csv")
-    atomic_write_bytes(png, curves_figure(spec, data))
+    atomic_write_bytes(png, curves_figure(spec, data, x, x_label))
     atomic_write_text(csv, data.to_csv(index=False))
     return [png, csv]

@@ -13,6 +13,9 @@ Public API
 - :func:`extract_boxed` — content of the last ``\\boxed{}``/``\\fbox{}``, linear time.
 - :func:`score_one` / :func:`score_detailed` — one item (never raise).
 - :class:`Scorer` / :func:`score_batch` — batches, in-process (``workers=0``) or in a process pool.
+- :data:`REWARDS` — the reward choices of :class:`Scorer` (``reward=``): ``math_verify`` (default, the
+  pipeline below) or ``hendrycks``, the authors' as-released verl reward (Hendrycks-MATH normalisation +
+  exact string match, :mod:`~hacpo.reward.hendrycks`; one item: :func:`hendrycks_score`).
 
 Pipeline for one item
 ---------------------
@@ -77,16 +80,19 @@ identical (content, gold) pairs within a batch are scored once.
 from __future__ import annotations
 
 from .extract import extract_boxed
+from .hendrycks import hendrycks_score
 from .limits import MAX_ANSWER_CHARS, MAX_NESTING, MAX_NUMBER_BITS
-from .scorer import Scorer, score_batch, score_detailed, score_one
+from .scorer import REWARDS, Scorer, score_batch, score_detailed, score_one
 from .verify import warmup
 
 __all__ = [
     "MAX_ANSWER_CHARS",
     "MAX_NESTING",
     "MAX_NUMBER_BITS",
+    "REWARDS",
     "Scorer",
     "extract_boxed",
+    "hendrycks_score",
     "score_batch",
     "score_detailed",
     "score_one",

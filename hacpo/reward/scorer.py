@@ -9,11 +9,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from .fastpath import prepare
+from .hendrycks import hendrycks_detailed
 from .limits import _CACHEABLE, _DEFAULT_CACHE, _SOFT_FRACTION
 from .pool import Pool
 from .verify import in_main_thread, verify_item, warmup
 
 logger = logging.getLogger("hacpo.reward")
+
+REWARDS = ("math_verify", "hendrycks")
+"""Reward choices of :class:`Scorer`: ``math_verify`` (default; see :mod:`hacpo.reward`) or ``hendrycks``
+(the authors' as-released verl reward: Hendrycks normalisation + exact string match,
+:mod:`~hacpo.reward.hendrycks`)."""
 
 
 class Scorer:
@@ -24,20 +30,35 @@ class Scorer:
     are killed after ``timeout_s``. ``cache_size`` bounds an LRU of (boxed content, gold) → verdict for items
     that needed math-verify (0 disables it). Thread-safe (calls are serialised). Use as a context manager or
     call :meth:`close`; pools left open are closed at interpreter exit.
+
+    ``reward`` (one of :data:`REWARDS`): ``"hendrycks"`` scores with
+    :func:`~hacpo.reward.hendrycks.hendrycks_score` in the calling process (pure string code: no pool is
+    started whatever ``workers`` says, no deadline, no cache).
     """
 
-    def __init__(self, workers: int = 0, timeout_s: float = 2.0, cache_size: int = _DEFAULT_CACHE):
+    def __init__(
+        self,
+        workers: int = 0,
+        timeout_s: float = 2.0,
+        cache_size: int = _DEFAULT_CACHE,
+        *,
+        reward: str = "math_verify",
+    ):
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {', '.join(REWARDS)}; got {reward!r}")
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.workers = workers
+        self.reward = reward
         self.timeout_s = float(timeout_s)
         self.soft_s = _SOFT_FRACTION * self.timeout_s
         self.cache_size = int(cache_size)
         self._cache: OrderedDict[tuple[str, str], tuple[bool, str]] = OrderedDict()
         self._lock = threading.RLock()
-        self._pool: Pool | None = Pool(workers, self.timeout_s, self.soft_s) if workers > 0 else None
+        use_pool = workers > 0 and reward == "math_verify"
+        self._pool: Pool | None = Pool(workers, self.timeout_s, self.soft_s) if use_pool else None
         self._fallback: Pool | None = None
         self._closed = False
         self.stats: dict[str, int] = {}
@@ -72,6 +93,8 @@ class Scorer:
         with self._lock:
             if self._pool is not None:
                 return self._pool.wait_ready(timeout)
+            if self.reward == "hendrycks":
+                return True
             if in_main_thread():
                 warmup()
             return True
@@ -90,7 +113,8 @@ class Scorer:
         """Per item ``{"extracted": str | None, "correct": bool, "method": str}`` (for evaluation audits).
 
         ``method`` says how the verdict was reached: ``no_box``, ``exact``, ``int``, ``math_verify``,
-        ``too_long``, ``too_nested``, ``too_big``, ``timeout``, ``killed``, ``unparsed``, ...
+        ``too_long``, ``too_nested``, ``too_big``, ``timeout``, ``killed``, ``unparsed``, ... With
+        ``reward="hendrycks"``: ``hendrycks``, ``hendrycks_raw``, ``no_box``, ``bad_input``.
         """
         responses, golds = list(responses), list(golds)
         if len(responses) != len(golds):
@@ -98,6 +122,11 @@ class Scorer:
         with self._lock:
             if self._closed:
                 raise RuntimeError("Scorer is closed")
+            if self.reward == "hendrycks":
+                verdicts = [hendrycks_detailed(r, g) for r, g in zip(responses, golds, strict=True)]
+                for d in verdicts:
+                    self._count(d["method"])
+                return verdicts
             out: list[dict[str, Any]] = []
             todo: dict[tuple[str, str], list[int]] = {}
             for i, (r, g) in enumerate(zip(responses, golds, strict=True)):

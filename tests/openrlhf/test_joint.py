@@ -47,6 +47,7 @@ from hacpo.agents.retokenize import cross_tokens  # noqa: E402
 from hacpo.agents.tokenizers import build_tokenizer  # noqa: E402
 from hacpo.algo import MiniBatch, get_method, joint_advantages, policy_loss, seq_mean_logp  # noqa: E402
 from hacpo.data.synthetic import Problem  # noqa: E402
+from hacpo.engines.core.metrics import aggregate  # noqa: E402
 from hacpo.engines.openrlhf.joint import rows as R  # noqa: E402
 from hacpo.engines.openrlhf.joint.actor import HacpoActorTrainer  # noqa: E402
 from hacpo.engines.openrlhf.joint.loss import StepNorm, microbatch_loss, step_norm  # noqa: E402
@@ -358,19 +359,25 @@ def test_training_step_gradient_equals_hacpo_algo_per_optimizer_step(agents, ste
             for a, p in zip(R.info_column(mb, R.SOURCE), R.info_column(mb, R.PROMPT_ID), strict=True)
         ]  # fmt: skip
         assert keys == sorted(keys) and len({a for a, _ in keys}) == len(agents)
-    status = trainer.ppo_train()
+    updates = trainer.ppo_train()
+    assert [u["update"] for u in updates] == [0, 1, 2, 3]
+    assert [u["rows"] for u in updates] == [12] * 4  # each update's micro-batches merged (shares summed)
+    status = aggregate(updates)
     assert len(trainer.strategy.step_grads) == 4
     for (micro, m), got in zip(steps, trainer.strategy.step_grads, strict=True):
         step_rows = [r for mb in micro for r in split_experience_batch(mb)]
         step_rows = remove_padding_in_sequences(step_rows)
         actor.zero_grad(set_to_none=True)
-        loss, _ = _full_step_loss(actor, step_rows, spec, m)
+        loss, full = _full_step_loss(actor, step_rows, spec, m)
         loss.backward()
         want = _grads(actor)
         actor.zero_grad(set_to_none=True)
         assert torch.allclose(got, want, atol=1e-7, rtol=1e-5), (m, float((got - want).abs().max()))
         assert float(want.abs().max()) > 0
-    assert status["update"] == 3 and "s_homo_mean" in status and "kl" in status
+        for key in ("loss", "kl", "own_rows", "s_homo_mean", "cross_in_bounds_frac"):  # merged = whole's
+            if key in full:
+                assert updates[m][key] == pytest.approx(full[key], abs=1e-6), (m, key)
+    assert status["updates"] == 4 and "s_homo_mean" in status and "kl" in status
     if method.loss == "hacpo" and method.cross_clip == "stepwise":
         assert 0 < status["cross_in_bounds_frac"] < 1
         assert status["cross_lo"] > 0.8  # the mean of lo_m over the fit: lo_m rose with m

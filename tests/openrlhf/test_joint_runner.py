@@ -154,24 +154,34 @@ def test_joint_method_needs_two_agents():
     from hacpo.engines.openrlhf.joint.controller import JointStep
 
     with pytest.raises(ValueError, match="at least 2 agents"):
-        JointStep([SimpleNamespace(name="solo")], get_method("hacpo"), 4, max_new_tokens=8, max_len=64)
+        method = get_method("hacpo")
+        JointStep([SimpleNamespace(name="solo")], method, method.loss_spec(), 4, max_new_tokens=8, max_len=64)
 
 
 def test_rank_metrics_are_merged_over_every_rank():
-    """A learner's step metrics are means over the rows of every data-parallel rank (rank 0 alone was
-    reported before), the values every rank shares from the first."""
-    from hacpo.engines.openrlhf.joint.stack import merge_rank_statuses
+    """Each update's metrics are merged over every data-parallel rank's share of it (rank 0 alone was
+    reported before): shares summed, means over the rows they cover, shared values from the first rank."""
+    from hacpo.engines.openrlhf.joint.stack import merge_rank_updates
 
-    shared = {"grad_norm": 2.0, "actor_lr": 1e-6, "update": 3.0}
+    shared = {"grad_norm": 2.0, "actor_lr": 1e-6}
     ranks = [
-        {"loss": 1.0, "cross_clip_frac": 0.5, **shared, "num_samples": 8},
-        {"loss": 3.0, "cross_clip_frac": 0.0, **shared, "num_samples": 24},
-    ]
-    merged = merge_rank_statuses(ranks)
-    assert merged["loss"] == pytest.approx((1 * 8 + 3 * 24) / 32) and merged["loss"] != ranks[0]["loss"]
-    assert merged["cross_clip_frac"] == pytest.approx(0.5 * 8 / 32)
-    assert (merged["grad_norm"], merged["actor_lr"], merged["update"]) == (2.0, 1e-6, 3.0)
-    assert "num_samples" not in merged
+        [{"update": m, "loss": 1.0, "rows": 8, "own_rows": 8, "own_clip_frac": 0.5, **shared}
+         for m in (0, 1)],
+        [
+            {"update": m, "loss": 3.0, "rows": 24, "own_rows": 4, "own_clip_frac": 0.0,
+             "cross_in_bounds_frac": 0.25, **shared}
+            for m in (0, 1)
+        ],
+    ]  # fmt: skip
+    merged = merge_rank_updates(ranks)
+    assert [u["update"] for u in merged] == [0, 1]
+    u = merged[0]
+    assert (u["loss"], u["rows"], u["own_rows"]) == (4.0, 32, 12)
+    assert u["own_clip_frac"] == pytest.approx(0.5 * 8 / 12)  # over own rows
+    assert u["cross_in_bounds_frac"] == 0.25  # only rank 1 had cross rows
+    assert (u["grad_norm"], u["actor_lr"]) == (2.0, 1e-6)
+    with pytest.raises(ValueError, match="different numbers of updates"):
+        merge_rank_updates([ranks[0], ranks[1][:1]])
 
 
 class _Executor:

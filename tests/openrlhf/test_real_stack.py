@@ -146,6 +146,9 @@ def test_a_joint_run_killed_in_an_actor_fails_clearly_and_resumes_like_an_uninte
     assert read_jsonl(Path(cfg.out_dir) / "validation.jsonl") == read_jsonl(
         Path(ref_cfg.out_dir) / "validation.jsonl"
     )
+    got, want = (read_jsonl(Path(c.out_dir) / "updates.jsonl") for c in (cfg, ref_cfg))
+    key = ("step", "agent", "update", "own_rows", "cross_rows", "cross_lo", "kl_term")
+    assert [[u[k] for k in key] for u in got] == [[u[k] for k in key] for u in want]  # no dups, no gaps
     final = f"step-{cfg.steps}"
     for agent in (a.name for a in cfg.agents):
         a = load_file(Path(cfg.out_dir) / "checkpoints" / agent / final / "model.safetensors")

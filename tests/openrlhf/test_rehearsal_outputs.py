@@ -74,6 +74,23 @@ def test_every_run_is_complete_and_ran_on_the_real_stack(rehearsal):
             (s, a) for s in range(steps + 1) for a in agents
         ), run.dir
         assert {v["n"] for v in val} == {record.config["val_size"]}, run.dir
+        if run.kind == "joint":
+            _check_updates(run_dir, record.config, agents)
+
+
+def _check_updates(run_dir: Path, config: dict, agents: list[str]) -> None:
+    """updates.jsonl of a joint run on the real stack: every learner's updates of every step; under
+    agent_order (the as-released preset of config/rehearsal-ci.yaml: 4 prompts × 4 samples, mini-batches of
+    8) the first learner's own rows come 8, 8, 0, 0 and the second's 0, 0, 8, 8, at lo_m 0.8 … 0.875."""
+    updates = [json.loads(x) for x in (run_dir / "updates.jsonl").read_text().splitlines()]
+    steps = sorted({u["step"] for u in updates})
+    assert steps == list(range(config["steps"])), run_dir
+    if config["minibatch_order"] != "agent_order" or len(agents) != 2 or config["method"] != "hacpo":
+        return
+    for step in steps:
+        own = {a: [u["own_rows"] for u in updates if u["step"] == step and u["agent"] == a] for a in agents}
+        assert own == {agents[0]: [8, 8, 0, 0], agents[1]: [0, 0, 8, 8]}, (run_dir, step, own)
+    assert [u["cross_lo"] for u in updates[:4]] == [0.8, 0.825, 0.85, 0.875], run_dir
 
 
 def test_profiles_of_the_openrlhf_engine_feed_tables_7_and_8(rehearsal):

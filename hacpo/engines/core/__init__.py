@@ -1,7 +1,8 @@
 """What both engines share of a run (issue 23): :mod:`.loop`, the run loop around the steps, and
-:mod:`.step`, one step of any method over an engine's agents."""
+:mod:`.step`, one step of any method over an engine's agents, :mod:`.metrics`, the loss metrics merged
+over an update's parts and a step's updates."""
 
 from .loop import RunLoop
-from .step import AgentRollouts, StepEngine, train_step
+from .step import AgentRollouts, StepEngine, StepResult, train_step
 
-__all__ = ["AgentRollouts", "RunLoop", "StepEngine", "train_step"]
+__all__ = ["AgentRollouts", "RunLoop", "StepEngine", "StepResult", "train_step"]

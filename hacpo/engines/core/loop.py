@@ -4,12 +4,12 @@ resume contract.
 
 - Validation runs before training (step 0), every ``val_every`` steps and after the last step
   (:meth:`TrainConfig.validation_due`); one ``validation.jsonl`` row per agent: ``step, agent, acc, n``.
-- Step ``s``'s ``metrics.jsonl`` row is appended after the validation at ``s + 1`` (the row carries that
-  validation's time, ``time/validate_s``, and the step-0 validation's in the first row), then the
-  checkpoint at ``s + 1`` if due.
-- So a checkpoint at ``s`` exists only after metrics rows ``< s`` and validation rows ``≤ s``: a run
-  resumed at ``s`` cuts the logs back to exactly those and re-runs the validation at ``s`` if it is due and a
-  kill lost part of it (greedy decoding: no random state is used, so the resumed run stays bitwise).
+- Step ``s``'s ``updates.jsonl`` rows (one per learner's update) and ``metrics.jsonl`` row are appended
+  after the validation at ``s + 1`` (the row carries that validation's time, ``time/validate_s``, and the
+  step-0 validation's in the first row), then the checkpoint at ``s + 1`` if due.
+- So a checkpoint at ``s`` exists only after metrics and update rows ``< s`` and validation rows ``≤ s``: a
+  run resumed at ``s`` cuts the logs back to exactly those and re-runs the validation at ``s`` if it is due
+  and a kill lost part of it (greedy decoding: no random state is used, so the resumed run stays bitwise).
 
 Where a run resumes from (the newest step every agent checkpointed) is the engine's to say.
 """
@@ -24,23 +24,28 @@ from pathlib import Path
 from hacpo.config import TrainConfig
 from hacpo.runio import Metric, MetricsLog, Validation
 
+from .step import StepResult
+
 Validate = Callable[[int], Sequence[float]]  # step → greedy accuracy of every agent, in agent order
 
 
 @dataclass
 class RunLoop:
-    """The loop of one run; it owns the run directory's ``metrics.jsonl`` and ``validation.jsonl``."""
+    """The loop of one run; it owns the run directory's ``metrics.jsonl``, ``updates.jsonl`` and
+    ``validation.jsonl``."""
 
     cfg: TrainConfig
     agents: Sequence[str]
     val_size: int  # validation problems (0: no validation)
     metrics: MetricsLog = field(init=False)
     validation: MetricsLog = field(init=False)
+    updates: MetricsLog = field(init=False)
 
     def __post_init__(self) -> None:
         out = Path(self.cfg.out_dir)
         self.metrics = MetricsLog(out / "metrics.jsonl")
         self.validation = MetricsLog(out / "validation.jsonl")
+        self.updates = MetricsLog(out / "updates.jsonl")
         self._validate_s = 0.0  # validation time not yet counted in a metrics row
 
     def due(self, done: int) -> bool:
@@ -50,6 +55,7 @@ class RunLoop:
         """Cut the logs back to a run starting at ``start`` (0: a fresh run) and validate at ``start`` where
         that is due and not already complete in the log."""
         self.metrics.truncate_to(start)
+        self.updates.truncate_to(start)
         self.validation.truncate_to(start + 1 if start else 0)
         if not self.due(start):
             return
@@ -71,18 +77,19 @@ class RunLoop:
     def run(
         self,
         start: int,
-        train_step: Callable[[int], dict],
+        train_step: Callable[[int], StepResult],
         validate: Validate,
         save_checkpoint: Callable[[int], None],
         on_row: Callable[[dict], None] | None = None,
     ) -> None:
         """Steps ``start … steps − 1``: each step's row, the validation and checkpoint after it when due."""
         for step in range(start, self.cfg.steps):
-            row = train_step(step)
-            done = step + 1
+            result = train_step(step)
+            row, done = result.row, step + 1
             if self.due(done):
                 self.validate(done, validate)
             row[Metric.VALIDATE_S], self._validate_s = self._validate_s, 0.0
+            self.updates.extend(result.updates)  # before the step's row: a metrics row implies its updates
             self.metrics.append(row)
             if on_row is not None:
                 on_row(row)

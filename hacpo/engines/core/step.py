@@ -8,7 +8,8 @@
    capability-aware advantages;
 5. the learners' updates one after another, then the new weights to the generation engines.
 
-The step's ``metrics.jsonl`` row is built here only, under the names of :class:`hacpo.runio.Metric`.
+The step's ``metrics.jsonl`` row is built here only, under the names of :class:`hacpo.runio.Metric`, and
+its ``updates.jsonl`` rows (:class:`hacpo.runio.Update`), one per learner's optimizer update.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Protocol
 
 import torch
 
-from hacpo.algo import CapabilityTracker
+from hacpo.algo import CapabilityTracker, LossSpec
 from hacpo.engines.phases import Phases
 from hacpo.runio import Metric
+
+from .metrics import aggregate, update_record
 
 
 @dataclass
@@ -46,14 +49,23 @@ class StepEngine(Protocol):
     def learner_rows(self, k: int, rolls: list[AgentRollouts], omegas: torch.Tensor, problems: Sequence):
         """Learner k's rows with their advantages (stage 4)."""
 
-    def update(self, k: int, rows, step: int, problems: Sequence) -> dict[str, float]:
-        """Learner k's updates on ``rows``; its loss metrics for the step (stage 5)."""
+    def update(self, k: int, rows, step: int, problems: Sequence) -> list[dict[str, float]]:
+        """Learner k's updates on ``rows`` (stage 5): each update's loss metrics (over all its parts:
+        :func:`~.metrics.merge_parts`), with ``update`` = m, in order."""
 
     def sync(self) -> None:
         """The updated weights to the generation engines (a no-op where they are the same weights)."""
 
     def step_extras(self) -> dict[str, float]:
         """Engine-only fields of the row (e.g. the local engine's peak memory)."""
+
+
+@dataclass
+class StepResult:
+    """What a step leaves in the run's logs: its ``metrics.jsonl`` row and ``updates.jsonl`` rows."""
+
+    row: dict
+    updates: list[dict]
 
 
 def train_step(
@@ -65,8 +77,9 @@ def train_step(
     samples: int,
     tracker: CapabilityTracker,
     phase: Phases,
-) -> dict:
-    """Stages 1–5 for one step; the step's metrics row."""
+    spec: LossSpec,
+) -> StepResult:
+    """Stages 1–5 for one step under the run's loss ``spec``; the step's log rows."""
     t0 = time.perf_counter()
     before = phase.snapshot()
     rolls = [engine.rollout(k, step, problems, samples) for k in range(len(agents))]
@@ -82,10 +95,12 @@ def train_step(
         row[Metric.OMEGA] = omegas.tolist()
     with phase("retokenize"):
         rows = [engine.learner_rows(k, rolls, omegas, problems) for k in range(len(agents))]
+    updates = []
     for k, name in enumerate(agents):
         with phase("update"):
-            losses = engine.update(k, rows[k], step, problems)
-        row.update({Metric.of(name, key): float(v) for key, v in losses.items()})
+            logs = engine.update(k, rows[k], step, problems)
+        row.update({Metric.of(name, key): float(v) for key, v in aggregate(logs).items()})
+        updates += [update_record(step, name, log, spec) for log in logs]
     with phase("sync"):
         engine.sync()
     spent = phase.since(before)
@@ -94,4 +109,4 @@ def train_step(
     row[Metric.TOKENS_PER_S] = generated / max(spent.get("generate", 0.0), 1e-9)
     row.update(engine.step_extras())
     row.update({Metric.phase(name): t for name, t in spent.items()})
-    return row
+    return StepResult(row, updates)

@@ -17,7 +17,6 @@ checkpoint and ends with the same metrics as an uninterrupted one (bitwise on th
 from __future__ import annotations
 
 import contextlib
-import math
 import resource
 import shutil
 import sys
@@ -49,6 +48,7 @@ from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
+from hacpo.engines.core.metrics import merge_parts
 from hacpo.engines.core.order import minibatch_order
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
@@ -210,8 +210,9 @@ class LocalTrainer:
         with_ref = self.spec.kl_beta > 0
         self.agents = [load_learner(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
         self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
-        self.scorer = Scorer(workers=cfg.scorer_workers)
-        self.same_tok = [[same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
+        self.scorer = Scorer(workers=cfg.scorer_workers, reward=cfg.reward)  # training and validation reward
+        reuse = cfg.same_tokenizer == "reuse_ids"  # reencode: the released code decodes every response
+        self.same_tok = [[reuse and same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
         self.loop = RunLoop(cfg, [a.name for a in self.agents], val_size=len(self.val))
         self.phase = Phases(self.device)
         self.gen_tokens = 0
@@ -268,6 +269,7 @@ class LocalTrainer:
                 "loss_spec": self.spec.__dict__,
                 "device": str(self.device),
                 "sampler_logp_as_old": self.sampler_logp,
+                "fidelity": self.cfg.fidelity_record(),
             },
             **final,
         ).write(self.out)
@@ -619,14 +621,15 @@ class LocalTrainer:
         self.scorer.close()
         return RunRecord.read(self.out)
 
-    def train_step(self, step: int) -> dict:
+    def train_step(self, step: int) -> core.StepResult:
         """One step (:func:`hacpo.engines.core.train_step`) on this step's prompt batch."""
         cfg = self.cfg
         idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
         samples = cfg.group_size * self.method.rollout_multiplier
         names, problems = [a.name for a in self.agents], [self.problems[i] for i in idx]
         return core.train_step(
-            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase
+            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase,
+            spec=self.spec,
         )
 
     # ----------------------------------------------------------------------------- the StepEngine
@@ -643,8 +646,8 @@ class LocalTrainer:
             return self._self_old_rows(k, own, omegas, problems)
         return self._rows_for(k, own, omegas)
 
-    def update(self, k: int, rows: Rows, step: int, problems: list[dict]) -> dict[str, float]:
-        return aggregate(self._update(k, rows, problems, step))
+    def update(self, k: int, rows: Rows, step: int, problems: list[dict]) -> list[dict]:
+        return self._update(k, rows, problems, step)
 
     def sync(self) -> None:
         pass  # the generator samples from the weights the update changed
@@ -687,57 +690,6 @@ def eval_mode(model):
         yield
     finally:
         model.train(was)
-
-
-SUMMED = {"loss", "pg_loss", "kl", "rows", "own_rows"}  # a part's share: the parts add up to the whole
-
-
-def _weight(key: str, n: int, metrics: dict) -> float:
-    """How many rows a part's value of ``key`` averages over: its own rows, its cross rows, or all."""
-    own = metrics.get("own_rows", n)
-    if key.startswith(("s_homo", "own_")):
-        return own
-    if key.startswith(("s_hete", "cross_", "omega_")):
-        return n - own
-    return n
-
-
-def merge_parts(parts: list[tuple[int, dict]]) -> dict[str, float]:
-    """One update's metrics from its micro-batches' (row count, metrics): shares summed, minima and maxima
-    kept, means averaged over the rows they cover (own, cross or all), as over the whole mini-batch."""
-    if len(parts) == 1:
-        return parts[0][1]
-    out: dict[str, float] = {}
-    keys = {k for _, m in parts for k in m}
-    for key in keys:
-        vals = [(_weight(key, n, m), m[key]) for n, m in parts if key in m]
-        if key in SUMMED:
-            out[key] = sum(v for _, v in vals)
-        elif key.endswith("_min"):
-            out[key] = min(v for _, v in vals)
-        elif key.endswith("_max"):
-            out[key] = max(v for _, v in vals)
-        else:
-            total = sum(w for w, _ in vals)
-            out[key] = sum(w * v for w, v in vals) / total if total else vals[0][1]
-    return out
-
-
-def aggregate(logs: list[dict]) -> dict[str, float]:
-    """Per-step summary of per-update metrics: min of *_min, max of *_max, mean of everything else."""
-    out: dict[str, float] = {"updates": float(len(logs))}
-    keys = {k for log in logs for k in log}
-    for key in sorted(keys):
-        vals = [log[key] for log in logs if key in log and not math.isnan(log[key])]
-        if not vals:
-            continue
-        if key.endswith("_min"):
-            out[key] = min(vals)
-        elif key.endswith("_max"):
-            out[key] = max(vals)
-        elif key != "update":
-            out[key] = sum(vals) / len(vals)
-    return out
 
 
 def train(cfg: TrainConfig) -> RunRecord:

@@ -22,7 +22,9 @@ import sys
 CPU_FLAG_ENV = "HACPO_OPENRLHF_CPU"  # "1" in every process of a CPU rehearsal run
 SETUP_HOOK = "hacpo.engines.openrlhf.launch.setup_process"
 # The driver's variables its Ray workers need: the project where it is not installed, the reward file's knobs
-FORWARDED_ENV = ("PYTHONPATH", "HACPO_ROLLOUT_LOG", "HACPO_REWARD_WORKERS", "HACPO_REWARD_TIMEOUT_S")
+FORWARDED_ENV = (
+    "PYTHONPATH", "HACPO_ROLLOUT_LOG", "HACPO_REWARD", "HACPO_REWARD_WORKERS", "HACPO_REWARD_TIMEOUT_S"
+)
 
 
 def prompts_in_file_order() -> None:

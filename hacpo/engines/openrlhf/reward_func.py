@@ -9,7 +9,7 @@ Three promises, each tested against OpenRLHF's own loader and executor:
 
 - **the local engine's reward**: the response is the query after the prompt, with trailing end-of-sequence
   markers dropped (the local engine stops at EOS), scored by :class:`hacpo.reward.Scorer` (last ``\\boxed{}``,
-  math-verify);
+  math-verify; or the run's ``reward: hendrycks``, the released code's exact match, from ``HACPO_REWARD``);
 - **bounded**: math-verify's signal deadlines do not work in threads, so items are verified in worker
   processes (``HACPO_REWARD_WORKERS``, default 2 per rollout actor) that are killed after ``timeout_s``;
 - **total**: OpenRLHF swallows a raising reward function and fails much later in unrelated code, so every
@@ -44,7 +44,8 @@ def _get_scorer():
 
             workers = int(os.environ.get("HACPO_REWARD_WORKERS", "2"))
             timeout = float(os.environ.get("HACPO_REWARD_TIMEOUT_S", "2.0"))
-            _scorer = Scorer(workers=max(1, workers), timeout_s=timeout)
+            reward = os.environ.get("HACPO_REWARD", "math_verify")  # the run's `reward` (the runner sets it)
+            _scorer = Scorer(workers=max(1, workers), timeout_s=timeout, reward=reward)
         return _scorer
 
 

@@ -241,7 +241,9 @@ def _record(cfg: TrainConfig, status: str, step: int, argv: list[str], **final) 
         config=cfg.model_dump(mode="json"),
         engine="openrlhf",
         versions=versions(),
-        details={"method": cfg.resolved_method().to_dict(), "command": argv},
+        details={
+            "method": cfg.resolved_method().to_dict(), "fidelity": cfg.fidelity_record(), "command": argv
+        },
         **final,
     )
 
@@ -296,6 +298,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         start = resumable(layout)
         _record(cfg, "running", start, argv).write(cfg.out_dir)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env["HACPO_REWARD"] = cfg.reward  # the reward file inside each vLLM engine scores with it
         if not joint:  # which prompts OpenRLHF trains, as its reward file sees them (check_trained_order)
             atomic_write_text(layout.rollouts, "")
             env["HACPO_ROLLOUT_LOG"] = str(layout.rollouts.resolve())

@@ -1,10 +1,12 @@
 """HACPO's training step inside OpenRLHF's actor: a plain subclass of ``ActorPPOTrainer`` (issue 11).
 
 ``ppo_train`` orders the learner's rows (the run's ``minibatch_order``, as the local engine does), cuts them
-into micro-batches, groups ``gas`` micro-batches per optimizer step m, and gives each micro-batch the step's
-normalisers (:func:`.loss.step_norm`); ``training_step`` runs the actor forward,
-:func:`.loss.microbatch_loss`, DeepSpeed's backward and optimizer step, exactly where OpenRLHF's own step
-does. Everything else (weight sync to vLLM, offload/reload, checkpoints) is OpenRLHF's, inherited unchanged.
+into micro-batches, groups ``gas`` micro-batches per optimizer step m, gives each micro-batch the step's
+normalisers (:func:`.loss.step_norm`) and returns each step's metrics, merged over its micro-batches as
+the local engine merges its own (:func:`hacpo.engines.core.metrics.merge_parts`); ``training_step`` runs
+the actor forward, :func:`.loss.microbatch_loss`, DeepSpeed's backward and optimizer step, exactly where
+OpenRLHF's own step does. Everything else (weight sync to vLLM, offload/reload, checkpoints) is OpenRLHF's,
+inherited unchanged.
 
 :func:`policy_actor_class` gives the Ray actor: ``PolicyModelActor`` whose trainer is this one (Ray forbids
 subclassing a remote class, so it subclasses ``PolicyModelActor.__ray_actor_class__`` and wraps it again).
@@ -17,15 +19,17 @@ from openrlhf.trainer.ppo_utils.experience import make_experience_batch
 from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer, PolicyModelActor
 
 from hacpo.algo import LossSpec
+from hacpo.engines.core.metrics import merge_parts
 from hacpo.engines.core.order import ORDERS, minibatch_order
 
 from .loss import StepNorm, microbatch_loss, step_norm
 from .rows import IS_SELF, PROMPT_ID, SOURCE
 
-# Per-micro-batch metrics of hacpo.algo averaged (sample-weighted) into the step status; the rest are dropped.
+# Per-micro-batch metrics of hacpo.algo merged into each optimizer step's; the rest are dropped.
 STATUS_KEYS = (
-    "loss", "pg_loss", "kl", "own_clip_frac", "cross_clip_frac", "cross_in_bounds_frac", "cross_below_frac",
-    "cross_above_frac", "cross_lo", "omega_mean", "s_homo_mean", "s_hete_mean", "adv_mean",
+    "rows", "own_rows", "loss", "pg_loss", "kl", "own_clip_frac", "cross_clip_frac", "cross_in_bounds_frac",
+    "cross_below_frac", "cross_above_frac", "cross_lo", "omega_mean", "s_homo_mean", "s_hete_mean",
+    "adv_mean",
 )  # fmt: skip
 
 
@@ -81,26 +85,22 @@ class HacpoActorTrainer(ActorPPOTrainer):
         return out
 
     # ------------------------------------------------------------------------------------ train
-    def ppo_train(self, kl_ctl: float = 0.0) -> dict[str, float]:
-        """One learner's updates on this step's rows; returns sample-weighted means of the step metrics."""
+    def ppo_train(self, kl_ctl: float = 0.0) -> list[dict[str, float]]:
+        """One learner's updates on this step's rows; returns each optimizer step's metrics on this rank
+        (its share of ``loss``, ``pg_loss``, ``kl``; its ``rows``, ``own_rows``; means over its rows), with
+        the values every rank shares (``update`` = m, ``grad_norm``, ``actor_lr``)."""
         device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-        totals: dict[str, float] = {}
-        weight: dict[str, float] = {}
-        last: dict[str, float] = {}
+        updates = []
         for micro, m in self.steps():
             norm = step_norm(micro, m, *self._dp())
+            parts, last = [], {}
             for i, exp in enumerate(micro):
                 exp.to_device(device)
                 status = self.training_step(exp, kl_ctl, i, {"norm": norm})
-                n = status["num_samples"]
-                for key, value in status["metrics"].items():
-                    totals[key] = totals.get(key, 0.0) + value * n
-                    weight[key] = weight.get(key, 0.0) + n
+                parts.append((status["num_samples"], status["metrics"]))
                 last.update(status["last"])
-        out = {key: totals[key] / weight[key] for key in totals}
-        out.update(last)
-        out["num_samples"] = max(weight.values(), default=0.0)  # rows this rank trained on (all epochs)
-        return out
+            updates.append({**merge_parts(parts), **last})
+        return updates
 
     def _dp(self):
         """(dp_size, all_reduce) over this actor group's data-parallel ranks; (1, None) in one process."""

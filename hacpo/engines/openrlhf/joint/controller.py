@@ -27,7 +27,7 @@ from typing import Protocol
 import torch
 
 from hacpo.agents.prompting import prompt_text
-from hacpo.algo import CapabilityTracker
+from hacpo.algo import CapabilityTracker, LossSpec
 from hacpo.algo.methods import Method
 from hacpo.config import TrainConfig
 from hacpo.data.synthetic import Problem, as_problem
@@ -53,9 +53,9 @@ class AgentStack(Protocol):
         """The same rows with ``action_log_probs`` (this agent's pre-update policy) and, for the KL,
         ``base_action_log_probs`` (its reference), as OpenRLHF's ``make_experience`` attaches them."""
 
-    def train(self, rows: list, step: int) -> dict:
+    def train(self, rows: list, step: int) -> list[dict]:
         """One learner's updates on its rows (own + cross) at the run's ``step`` (which seeds the
-        mini-batch order); returns the step's loss metrics over every data-parallel rank."""
+        mini-batch order); returns each update's loss metrics over every data-parallel rank, in order."""
 
     def sync(self) -> None:
         """Send the updated weights to the agent's generation engines."""
@@ -103,11 +103,13 @@ class JointStep:
 
     stacks: list[AgentStack]
     method: Method
+    spec: LossSpec  # the run's loss (update records: lo_m)
     group_size: int  # G per agent (× the method's rollout multiplier)
     max_new_tokens: int
     max_len: int
     prompt_style: str = "paper"
     cross_eos: str = "strip"
+    same_tokenizer: str = "reuse_ids"  # reencode: identical tokenizers' responses decoded and re-encoded too
     capability_window: int = 5
     omega_warmup_steps: int = 0
     seed: int = 0  # the run's seed: with the step and the agent, each step's rollout seeds
@@ -122,12 +124,13 @@ class JointStep:
                 len(self.stacks), window=self.capability_window, warmup_steps=self.omega_warmup_steps
             )
 
-    def run(self, step: int, problems: Sequence[Problem]) -> dict:
-        """One step (:func:`hacpo.engines.core.train_step`, this object its engine); the metrics row."""
+    def run(self, step: int, problems: Sequence[Problem]) -> core.StepResult:
+        """One step (:func:`hacpo.engines.core.train_step`, this object its engine); its log rows."""
         names = [s.name for s in self.stacks]
         samples = self.group_size * self.method.rollout_multiplier
         return core.train_step(
-            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase
+            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase,
+            spec=self.spec,
         )
 
     # -- the StepEngine
@@ -152,7 +155,7 @@ class JointStep:
     def learner_rows(self, k: int, rolls: list[AgentRollouts], omegas: torch.Tensor, problems) -> list:
         return self.rows_for(k, [r.rows[0] for r in rolls], omegas)
 
-    def update(self, k: int, rows: list, step: int, problems) -> dict[str, float]:
+    def update(self, k: int, rows: list, step: int, problems) -> list[dict]:
         return self.stacks[k].train(rows, step)
 
     def sync(self) -> None:
@@ -174,7 +177,7 @@ class JointStep:
                     cross += R.cross_rows(
                         own[j], source.tokenizer, learner.tokenizer, prompts, float(omegas[j, k]),
                         self.max_new_tokens, self.max_len, self.cross_eos,
-                        source_stops=getattr(source, "stop_ids", None),
+                        source_stops=getattr(source, "stop_ids", None), same_tokenizer=self.same_tokenizer,
                     )  # fmt: skip
             if self.method.cross_old_from_learner and cross:
                 scored = learner.score([R.rollout_form(r) for r in cross])  # before any update (§5 order)
@@ -203,9 +206,11 @@ class JointLoop:
         val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
         self.val = [as_problem(p) for p in val]
         self.step = JointStep(
-            stacks, cfg.resolved_method(), group_size=cfg.group_size, max_new_tokens=cfg.max_new_tokens,
+            stacks, cfg.resolved_method(), cfg.loss_spec(), group_size=cfg.group_size,
+            max_new_tokens=cfg.max_new_tokens,
             max_len=cfg.openrlhf.max_prompt_tokens + cfg.max_new_tokens if cfg.openrlhf else 10**9,
-            prompt_style=cfg.prompt_style, cross_eos=cfg.cross_eos, capability_window=cfg.capability_window,
+            prompt_style=cfg.prompt_style, cross_eos=cfg.cross_eos, same_tokenizer=cfg.same_tokenizer,
+            capability_window=cfg.capability_window,
             omega_warmup_steps=cfg.omega_warmup_steps, seed=cfg.seed,
         )  # fmt: skip
         self.loop = RunLoop(cfg, [s.name for s in stacks], val_size=len(self.val))
@@ -225,7 +230,7 @@ class JointLoop:
 
         cfg = self.cfg
 
-        def train_step(step: int) -> dict:
+        def train_step(step: int) -> core.StepResult:
             idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
             return self.step.run(step, [self.problems[i] for i in idx])
 

@@ -27,6 +27,7 @@ class StepNorm:
     rows: float  # N_m / (dp·gas): every row of the step, own and cross, empty ones included
     own_tokens: float  # own response tokens of the step / (dp·gas)
     m: int  # the step's index within this ppo_train (drives the stepwise lower bound lo_m)
+    scale: float = 1.0  # dp·gas: a micro-batch loss over this is its share of the step's
 
 
 def step_norm(
@@ -46,7 +47,7 @@ def step_norm(
     if all_reduce is not None:
         counts = all_reduce(counts)
     scale = dp_size * gas
-    return StepNorm(rows=float(counts[0]) / scale, own_tokens=float(counts[1]) / scale, m=m)
+    return StepNorm(rows=float(counts[0]) / scale, own_tokens=float(counts[1]) / scale, m=m, scale=scale)
 
 
 def microbatch_loss(
@@ -55,7 +56,8 @@ def microbatch_loss(
     spec: LossSpec,
     norm: StepNorm,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """This micro-batch's share of the step loss (module docstring), and hacpo.algo's metrics for its rows.
+    """This micro-batch's share of the step loss (module docstring), and hacpo.algo's metrics for its rows
+    (``loss``, ``pg_loss``, ``kl``: its share of the step's, as the local engine's micro-batches report them).
 
     ``logp``: the learner's current action log-probs ``[B, A]`` (OpenRLHF's ``Actor`` output); ``exp``: the
     micro-batch with the ``info`` fields of :mod:`.rows`. The loss is :func:`hacpo.algo.policy_loss` itself
@@ -76,7 +78,7 @@ def microbatch_loss(
         own_tokens=norm.own_tokens,
     )
     loss, metrics = policy_loss(batch, spec, norm.m)
-    if "kl" in metrics:  # log this micro-batch's token mean, not its share of the step's
-        n_own = float(mask[own].sum())
-        metrics["kl"] = metrics["kl"] * norm.own_tokens / max(n_own, 1.0)
+    for key in ("loss", "pg_loss", "kl"):  # this micro-batch's share of the step's (they add up to it)
+        if key in metrics:
+            metrics[key] /= norm.scale
     return loss, metrics

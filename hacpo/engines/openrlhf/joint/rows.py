@@ -102,13 +102,14 @@ def cross_rows(
     max_len: int,
     cross_eos: str = "strip",
     source_stops=None,
+    same_tokenizer: str = "reuse_ids",
 ) -> list[Experience]:
     """Source j's rows in learner k's token space (spec §4), each a single-row Experience for k's buffer.
 
     ``prompts``: k's own templated prompt ids per prompt id (:func:`learner_prompts`). The row's ratio
     denominator is j's pre-update mean log-prob over the tokens of the shared text (EOS excluded when the
     text is re-encoded with ``cross_eos="strip"``, every stop id of j's counting as its EOS, ``source_stops``;
-    ids and EOS reused for identical tokenizers); j's reward
+    ids and EOS reused for identical tokenizers unless ``same_tokenizer="reencode"``); j's reward
     and score are copied. Log-prob fields are zeros: k's loss needs no old or reference log-probs on cross
     rows (no token ratio, KL on own rows only).
     """
@@ -116,7 +117,8 @@ def cross_rows(
         return []
     responses = [response_ids(r) for r in source_rows]
     shared = cross_tokens(
-        source_tok, learner_tok, responses, max_new_tokens, cross_eos, source_stops=source_stops
+        source_tok, learner_tok, responses, max_new_tokens, cross_eos, source_stops=source_stops,
+        reuse_same=same_tokenizer == "reuse_ids",
     )
     out = []
     for row, ids, n_src in zip(source_rows, shared.ids, shared.source_len, strict=True):

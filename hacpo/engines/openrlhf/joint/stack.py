@@ -9,8 +9,8 @@ classes with this agent's own arguments (model, lengths, lr: ``args`` parsed fro
   OpenRLHF's ``_process_response_into_experience``), vLLM woken for it and put back to sleep;
 - ``score``: ``RemoteExperienceMaker.make_experience`` — the actor's and reference's log-probs;
 - ``train``: rows made batchable and shared out over the data-parallel ranks (own and cross rows evenly)
-  → ``append`` → reload states → ``fit_step`` (:class:`~.actor.HacpoActorTrainer`) → offload states; the
-  ranks' metrics merged;
+  → ``append`` → reload states → ``fit_step`` (:class:`~.actor.HacpoActorTrainer`) → offload states; each
+  update's metrics merged over the ranks;
 - ``evaluate``: the same dispatch, greedy, one sample per prompt (in-training validation);
 - ``sync``: the actor's weights to this agent's engines (CUDA IPC when colocated; each agent's own NCCL
   group otherwise, never the shared ``sync_with_ray`` group name; gloo on CPU), asleep again after it
@@ -32,6 +32,8 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
+
+from hacpo.engines.core.metrics import merge_parts
 
 from .rows import IS_SELF, batchable
 
@@ -62,25 +64,21 @@ def sync_calls(sleep_mode: bool, sleep_after: bool) -> list:
     return calls
 
 
-# Step values every rank reports alike (DeepSpeed's global gradient norm, the lr, the last update index m).
+# Values every rank reports alike for an optimizer step (DeepSpeed's global gradient norm, the lr, m).
 SHARED_KEYS = ("actor_lr", "grad_norm", "update")
 
 
-def merge_rank_statuses(statuses: list[dict]) -> dict:
-    """One learner's step metrics from every data-parallel rank's ``fit``: each metric a mean over the
-    ranks weighted by the rows each trained on (the local engine's mean over all rows); the shared values
-    (:data:`SHARED_KEYS`) from the first rank."""
-    weights = [float(s.get("num_samples", 0.0)) for s in statuses]
-    total = sum(weights) or 1.0
-    out: dict = {}
-    for key in dict.fromkeys(k for s in statuses for k in s):
-        if key == "num_samples":
-            continue
-        if key in SHARED_KEYS:
-            out[key] = statuses[0][key]
-            continue
-        pairs = [(s[key], w) for s, w in zip(statuses, weights, strict=True) if key in s]
-        out[key] = sum(v * w for v, w in pairs) / (sum(w for _, w in pairs) or total)
+def merge_rank_updates(ranks: list[list[dict]]) -> list[dict]:
+    """One learner's updates from every data-parallel rank's ``fit``: each update's metrics merged over the
+    ranks' shares of it as over micro-batches (:func:`hacpo.engines.core.metrics.merge_parts`: the local
+    engine's numbers over the whole mini-batch), the shared values (:data:`SHARED_KEYS`) from the first
+    rank."""
+    if len({len(r) for r in ranks}) > 1:
+        raise ValueError(f"data-parallel ranks ran different numbers of updates: {[len(r) for r in ranks]}")
+    out = []
+    for shares in zip(*ranks, strict=True):
+        parts = [(s.get("rows", 0.0), {k: v for k, v in s.items() if k not in SHARED_KEYS}) for s in shares]
+        out.append({**merge_parts(parts), **{k: shares[0][k] for k in SHARED_KEYS if k in shares[0]}})
     return out
 
 
@@ -174,7 +172,7 @@ class OpenRLHFStack:
             out += remove_padding_in_sequences(split_experience_batch(batch))
         return out
 
-    def train(self, rows: list, step: int) -> dict:
+    def train(self, rows: list, step: int) -> list[dict]:
         group = self.actor_group
         ranks = len(group._actor_handlers) // group.duplicate_actors
         chunks = balanced_chunks(batchable(rows), ranks)
@@ -188,7 +186,7 @@ class OpenRLHFStack:
         finally:
             if sleep:
                 ray.get(group.async_run_method(method_name="offload_states"))
-        return merge_rank_statuses(statuses[:: group.duplicate_actors])
+        return merge_rank_updates(statuses[:: group.duplicate_actors])
 
     def sync(self) -> None:
         for call in sync_calls(self.args.vllm.enable_sleep, self.sleep_after_sync):
