@@ -164,7 +164,7 @@ def run(out: Path, method: str, agents: dict, names: list[str], data: Path, args
     if args.device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
-    rows = [trainer.train_step(s) for s in range(cfg.steps)]
+    rows = [trainer.train_step(s).row for s in range(cfg.steps)]
     if args.device == "cuda":
         torch.cuda.synchronize()
     wall = time.perf_counter() - t0

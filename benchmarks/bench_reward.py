@@ -11,7 +11,8 @@ tasks, 30% LaTeX answers such as ``\\frac{3}{4}``, ``2\\sqrt{3}``, ``\\pi/2``, a
 - ``unique``: LaTeX answers drawn from wide ranges (almost never repeated) and the cache off: the cost of
               math-verify itself (worst case).
 
-Also scores a hostile corpus item by item and reports the maximum per-item wall latency.
+Also scores a hostile corpus item by item and reports the maximum per-item wall latency, and every workload
+with ``reward="hendrycks"`` (the as-released exact match: pure string code in the calling process).
 
 Real benchmark golds (only when the dataset files are present: ``--data-dir``, default ``../shared/data``
 next to the repository; skipped otherwise): every gold of the 8 registered datasets
@@ -156,9 +157,11 @@ def _workers_cpu_s(scorer: Scorer) -> float:
     return total
 
 
-def bench_throughput(workers: int, batches: list[tuple[list[str], list[str]]], cache_size: int) -> dict:
+def bench_throughput(
+    workers: int, batches: list[tuple[list[str], list[str]]], cache_size: int, reward: str = "math_verify"
+) -> dict:
     t0 = time.perf_counter()
-    with Scorer(workers=workers, cache_size=cache_size) as scorer:
+    with Scorer(workers=workers, cache_size=cache_size, reward=reward) as scorer:
         scorer.wait_ready()
         scorer.score(["\\boxed{\\sqrt{8}}"], ["2\\sqrt{2}"])  # warm the parsers (in-process case)
         startup = time.perf_counter() - t0
@@ -277,6 +280,8 @@ def main() -> None:
                 f" (CPU: parent {pc:.2f}s + workers {wc:.2f}s) | {r['n']} items,"
                 f" {mv} math-verify calls, startup {r['startup_s']:.2f}s"
             )
+        r = bench_throughput(0, batches, 0, reward="hendrycks")
+        print(f"{name:18s} hendrycks: {r['items_per_s']:6.0f} items/s wall (in-process, no pool)")
     if not args.skip_hostile:
         for w in args.workers:
             worst, which = bench_hostile(w)

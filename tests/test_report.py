@@ -510,3 +510,24 @@ def test_figure_updates_plots_the_share_of_cross_rows_inside_the_clip_per_update
     spec["panels"][0]["lines"][0]["updates"] = [log("c", [None] * 4)]
     spec["panels"][0]["lines"] = spec["panels"][0]["lines"][:1]
     assert _run(["report", "figure", "--spec", json.dumps(spec), "--out-prefix", str(out)]) == 2  # no points
+
+
+def test_specs_are_checked_against_the_contract_before_any_file_is_read(tmp_path):
+    """hacpo.specs: the workflow builds and the report reads the same models; a key one side does not
+    know, or one a kind needs and lacks, fails naming its path."""
+    from hacpo.report.figures import write_figure
+    from hacpo.report.tables import build_table
+
+    spec = {
+        "kind": "accuracy",
+        "columns": [{"key": "b", "metric": "avg@1"}],
+        "rows": [{"model": "m", "evals": {"b": [str(tmp_path / "missing.json")]}, "modle_label": "M"}],
+    }
+    with pytest.raises(ValueError, match=r"rows\.0\.modle_label: Extra inputs are not permitted"):
+        build_table(spec)
+    spec["rows"] = [{"model": "m"}]
+    with pytest.raises(ValueError, match=r"rows\.0: a 'accuracy' table's row needs evals"):
+        build_table(spec)
+    figure = {"kind": "updates", "panels": [{"lines": [{"validations": ["x.jsonl"]}]}]}
+    with pytest.raises(ValueError, match=r"panels\.0\.lines\.0: a 'updates' figure's line needs 'updates'"):
+        write_figure(figure, tmp_path / "f")

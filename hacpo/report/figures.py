@@ -21,6 +21,7 @@ import pandas as pd
 
 from hacpo.report.tables import _read_jsonl, _req
 from hacpo.runio import Update, Validation, atomic_write_bytes, atomic_write_text
+from hacpo.specs import FigureSpec, checked
 
 FIG_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "value"]
 UPDATE_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "update", "value"]
@@ -113,8 +114,7 @@ def write_figure(spec: dict, out_prefix: str | Path) -> list[Path]:
     kind = _req(spec, "kind", "spec")
     if kind not in KINDS:
         raise ValueError(f"spec: unknown figure kind {kind!r} (known: {sorted(KINDS)})")
-    if not spec.get("panels"):
-        raise ValueError("spec: 'panels' is missing or empty")
+    spec = checked(FigureSpec, spec)
     points, x, x_label = KINDS[kind]
     data = points(spec)
     if data.empty:

@@ -21,6 +21,7 @@ from statistics import mean, stdev
 
 from hacpo.report.paper import paper_value
 from hacpo.runio import Metric, atomic_write_text, read_jsonl
+from hacpo.specs import TableSpec, checked
 
 CSV_COLUMNS = ["table", "block", "model", "method", "column", "ours", "ours_std", "n_seeds", "paper", "delta"]
 
@@ -437,11 +438,11 @@ KINDS = {"accuracy": accuracy_table, "hyperparams": hyperparams_table, "ratio_st
 
 
 def build_table(spec: dict) -> Table:
-    """Dispatch on ``spec["kind"]``."""
+    """Dispatch on ``spec["kind"]``, the spec validated first (:class:`hacpo.specs.TableSpec`)."""
     kind = _req(spec, "kind", "spec")
     if kind not in KINDS:
         raise ValueError(f"spec: unknown table kind {kind!r} (known: {sorted(KINDS)})")
-    return KINDS[kind](spec)
+    return KINDS[kind](checked(TableSpec, spec))
 
 
 # ---------------------------------------------------------------------------------------------- output
