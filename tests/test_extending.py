@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 from toy_runs import toy_train_config
 
+from hacpo import specs
 from hacpo.algo import methods as registry
 from hacpo.cli import main
 from hacpo.engines.local import train
@@ -66,11 +67,23 @@ def test_a_new_benchmark_is_two_config_entries():
     assert "ci_mul" in {c["key"] for c in spec["columns"]}
 
 
-def test_every_table_kind_is_in_all_three_places():
-    """The config schema, the workflow's spec builder and the report's builder of every kind agree."""
+def test_every_table_kind_is_in_all_four_places():
+    """The config schema, the spec that crosses the rule, the workflow's spec builder and the report's builder
+    of every kind agree."""
     (union, *_), = typing.get_args(schema.Table)[:1],
     schema_kinds = {
         k for model in typing.get_args(union) for k in typing.get_args(model.model_fields["kind"].annotation)
     }
     workflow_kinds = set(TABLE_SPECS)
-    assert schema_kinds == workflow_kinds == set(KINDS), (schema_kinds, workflow_kinds, set(KINDS))
+    spec_kinds = set(typing.get_args(specs.TableKind))
+    assert schema_kinds == spec_kinds == workflow_kinds == set(KINDS), (schema_kinds, spec_kinds, set(KINDS))
+
+
+def test_every_figure_kind_is_in_all_four_places():
+    from hacpo.report.figures import KINDS as FIGURE_KINDS
+
+    (union, *_), = typing.get_args(schema.Figure)[:1],
+    schema_kinds = {
+        k for model in typing.get_args(union) for k in typing.get_args(model.model_fields["kind"].annotation)
+    }
+    assert schema_kinds == set(typing.get_args(specs.FigureKind)) == set(FIGURE_KINDS), schema_kinds
