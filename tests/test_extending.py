@@ -16,7 +16,7 @@ from hacpo.cli import main
 from hacpo.engines.local import train
 from hacpo.pipeline import Pipeline
 from hacpo.pipeline import config as schema
-from hacpo.pipeline.targets import TABLE_SPECS
+from hacpo.pipeline.views import TABLE_SPECS
 from hacpo.report.tables import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,0 +1,36 @@
+"""One training run of the workflow and its files under ``results/`` (single-agent: ``group`` = model;
+joint: ``group`` = pair)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+R = "results"
+
+
+@dataclass(frozen=True, order=True)
+class Run:
+    """One training run: single-agent (``group`` = model) or joint (``group`` = pair)."""
+
+    kind: str
+    group: str
+    method: str
+    seed: int
+
+    @property
+    def dir(self) -> str:
+        return f"{R}/runs/{self.kind}/{self.group}/{self.method}/seed{self.seed}"
+
+    @property
+    def done(self) -> str:
+        return f"{self.dir}/done.json"
+
+    @property
+    def profile(self) -> str:
+        """The run's own time split and peak memory (written when it finishes)."""
+        return f"{self.dir}/profile.json"
+
+    @property
+    def benchmark(self) -> str:
+        """Snakemake's benchmark TSV of the training job (host wall time, RSS)."""
+        return f"{R}/benchmarks/train/{self.kind}/{self.group}/{self.method}/seed{self.seed}.tsv"
