@@ -1,7 +1,7 @@
 """Config → runs, file paths and rule parameters (pure; tested without Snakemake); the table and figure specs
-are :mod:`.views`', the run and its files :mod:`.runs`'.
+are in :mod:`.views`, the run and its files in :mod:`.runs`.
 
-Every decision of the workflow lives here or there: which runs a table needs, that a single-agent baseline shared by
+Every decision of the workflow lives there: which runs a table needs, that a single-agent baseline shared by
 several pairs is trained once (its path has no pair), which checkpoint an evaluation reads, which
 hyper-parameters a run gets (global ``training`` < model or pair ``train`` < pair ``hacpo`` (HACPO losses
 only) < method entry ``train``). The Snakemake rules only name files and call ``hacpo …``.
