@@ -85,6 +85,7 @@ def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str 
     matplotlib.use("Agg")
     import seaborn as sns
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     panels = spec["panels"]
     ncols = min(3, len(panels))
@@ -99,6 +100,7 @@ def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str 
         sns.lineplot(d, x=x, y="value", hue="line", palette=palette, errorbar=band, seed=0, marker="o",
                      markersize=3, ax=ax)
         ax.set(title=panel.get("title", ""), xlabel=x_label, ylabel=spec.get("y_label", "accuracy"))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and updates are counts
         ax.legend(title=None, fontsize="small")
     for ax in axes[len(panels):]:
         ax.set_visible(False)
