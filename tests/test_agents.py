@@ -234,6 +234,11 @@ def test_cross_eos_modes_and_identical_tokenizers(toks):
     twin.chat_template = "{{ messages[0]['content'] }}"
     same = cross_tokens(char, twin, rows, max_len=64)
     assert same.reused and same.ids == [rows[0, :11].tolist()] and same.source_len == [11]
+    # same_tokenizer: reencode (the released code): decoded with the EOS as text and re-encoded; the ids
+    # round-trip here, so they equal the reused ones, EOS included
+    again = cross_tokens(char, twin, rows, max_len=64, cross_eos="keep_text", reuse_same=False)
+    assert not again.reused and again.texts == ["\\boxed{46}</s>"]
+    assert again.ids == same.ids and again.source_len == same.source_len
     with pytest.raises(ValueError, match="cross_eos"):
         response_text(char, rows[0], "drop")
 
