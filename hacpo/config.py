@@ -74,14 +74,19 @@ def with_fidelity(options: dict) -> dict:
     return {**FIDELITY[preset], **options}
 
 
+def preset_overrides(options: dict) -> dict[str, str]:
+    """The keys of ``options`` (run-config keys) set against its ``fidelity`` preset, with their values."""
+    preset = FIDELITY[options.get("fidelity", "paper")]
+    return {k: options[k] for k, v in preset.items() if k in options and options[k] != v}
+
+
 def describe_fidelity(options: dict) -> str:
     """How runs of ``options`` (run-config keys) train, for a caption: the preset and its choices (a
     single-agent method reads only the reward), naming the keys set against the preset."""
     resolved = with_fidelity(options)
     preset = resolved.get("fidelity", "paper")
-    keys = list(FIDELITY[preset])
-    against = [k for k in FIDELITY[preset] if k in options and options[k] != FIDELITY[preset][k]]
-    said = ", ".join(f"{k} {resolved[k]}" for k in keys)
+    against = list(preset_overrides(resolved))
+    said = ", ".join(f"{k} {resolved[k]}" for k in FIDELITY[preset])
     if against:
         return f"{preset} preset, {' and '.join(against)} set against it ({said})"
     return f"{preset} preset ({said})"
@@ -242,8 +247,7 @@ class TrainConfig(BaseModel):
 
     def preset_overrides(self) -> dict[str, str]:
         """The keys set against this run's ``fidelity`` preset, with their values."""
-        preset = FIDELITY[self.fidelity]
-        return {k: getattr(self, k) for k, v in preset.items() if getattr(self, k) != v}
+        return preset_overrides(self.model_dump(include={"fidelity", *FIDELITY[self.fidelity]}))
 
     def fidelity_record(self) -> dict:
         """What ``run.json`` details say of the preset: its name, its four values, the keys set against it."""

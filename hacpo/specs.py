@@ -93,6 +93,13 @@ class TableSpec(_Spec):
         return self
 
 
+# Figure kind → the key under which a line lists its runs' logs, and that log's file in a run directory.
+LINE_LOGS: dict[str, tuple[str, str]] = {
+    "curves": ("validations", "validation.jsonl"),
+    "updates": ("updates", "updates.jsonl"),
+}
+
+
 class FigureLine(_Spec):
     label: str | None = None
     method: str = ""
@@ -119,7 +126,7 @@ class FigureSpec(_Spec):
 
     @model_validator(mode="after")
     def _lines_name_their_files(self):
-        files = {"curves": "validations", "updates": "updates"}[self.kind]
+        files = LINE_LOGS[self.kind][0]
         for p, panel in enumerate(self.panels):
             for i, line in enumerate(panel.lines):
                 if not getattr(line, files):

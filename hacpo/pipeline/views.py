@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hacpo.config import describe_fidelity
-from hacpo.specs import FigureSpec, TableSpec, checked
+from hacpo.specs import LINE_LOGS, FigureSpec, TableSpec, checked
 
 from .config import alpha_variant
 from .runs import Run
@@ -123,9 +123,9 @@ class Views:
         return sorted(set(files)), checked(TableSpec, {**common, **out})
 
     def recipe_note(self, spec) -> str:
-        """What a table's caption says of how its runs trained (issue 25): the fidelity preset and its
-        choices (mini-batch order, cross EOS, identical tokenizers, reward), per group of rows where they
-        differ."""
+        """What a table's (or an updates figure's) caption says of how its runs trained (issue 25): the
+        fidelity preset and its choices (mini-batch order, cross EOS, identical tokenizers, reward), per group
+        of rows where they differ."""
         pairs = getattr(spec, "pairs", None) or [spec.pair]
         methods = getattr(spec, "methods", None) or [getattr(spec, "method", None) or "hacpo"]
         groups: dict[str, dict[str, None]] = {}
@@ -263,15 +263,14 @@ class Views:
     def figure(self, name: str) -> tuple[list[str], dict]:
         f = self.cfg.figures[name]
         seeds, files, panels = self.seeds(f), [], []
-        # the run log each line reads, and the spec key that lists it (hacpo.report.figures.KINDS)
-        log, key = {"curves": ("validation", "validations"), "updates": ("updates", "updates")}[f.kind]
+        key, log = LINE_LOGS[f.kind]  # the spec key that lists each line's run logs, and the log's file
         for pair in f.pairs:
             for model in self.cfg.pairs[pair].agents:
                 lines = []
                 for method in f.methods:
                     runs = [self.pipe.run(method, pair, model, s) for s in seeds]
                     files += [self.pipe._needed(r).done for r in runs]
-                    logs = [f"{r.dir}/{log}.jsonl" for r in runs]
+                    logs = [f"{r.dir}/{log}" for r in runs]
                     lines.append({"label": self.label(method), "method": method, key: logs})
                 title = f"{self.cfg.models[model].label or model} ({pair} pair)"
                 panels.append({"title": title, "agent": model, "lines": lines})
@@ -286,10 +285,7 @@ class Views:
             "panels": panels,
         }
         if f.kind == "updates":
-            runs = {m: self.pipe.run(m, f.pairs[0], "", 0) for m in f.methods}
-            how = [f"{self.label(m)}: {describe_fidelity(self.pipe.train_settings(r))}"
-                   for m, r in runs.items()]
-            spec["note"] = "Trained under the " + "; ".join(how)
+            spec["note"] = self.recipe_note(f)
         return sorted(set(files)), checked(FigureSpec, spec)
 
 

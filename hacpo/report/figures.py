@@ -21,7 +21,7 @@ import pandas as pd
 
 from hacpo.report.tables import _read_jsonl, _req
 from hacpo.runio import Update, Validation, atomic_write_bytes, atomic_write_text
-from hacpo.specs import FigureSpec, checked
+from hacpo.specs import LINE_LOGS, FigureSpec, checked
 
 FIG_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "value"]
 UPDATE_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "update", "value"]
@@ -52,7 +52,7 @@ def _head(spec: dict, pi: int, agent, line: dict, seed: int) -> list:
 def curves_data(spec: dict) -> pd.DataFrame:
     """The plotted points: one row per (panel, line, seed file, step)."""
     rows = []
-    for pi, a, line, seed, where, r in _line_rows(spec, "validations", Validation.AGENT):
+    for pi, a, line, seed, where, r in _line_rows(spec, LINE_LOGS["curves"][0], Validation.AGENT):
         key = line.get("metric", spec.get("metric", Validation.ACC))
         if key not in r or Validation.STEP not in r:
             raise ValueError(f"{where} row lacks {Validation.STEP!r} or {key!r}: {r}")
@@ -63,7 +63,7 @@ def curves_data(spec: dict) -> pd.DataFrame:
 def updates_data(spec: dict) -> pd.DataFrame:
     """The plotted points: one row per (panel, line, seed file, step, update m) that had cross rows."""
     rows = []
-    for pi, a, line, seed, where, r in _line_rows(spec, "updates", Update.AGENT):
+    for pi, a, line, seed, where, r in _line_rows(spec, LINE_LOGS["updates"][0], Update.AGENT):
         if any(k not in r for k in (Update.STEP, Update.UPDATE, Update.CROSS_IN_BOUNDS)):
             raise ValueError(f"{where} row is not an update record (hacpo.runio.Update): {r}")
         if r[Update.CROSS_IN_BOUNDS] is not None:  # None: the update had no cross rows
