@@ -27,5 +27,8 @@ mkdir -p "$workdir"
 export PATH="$PWD/.venv-rehearsal/bin:$PATH"
 # Two jobs at a time: a job is mostly start-up (Ray, vLLM, DeepSpeed), so the two cores overlap them. Two
 # logical GPUs: a job asking for both (two data-parallel ranks, ≈ 18 GB of processes) then runs alone.
+# --retries 1: two jobs starting at once can race for the same free port in OpenRLHF's distributed set-up
+# (EADDRINUSE in a ReferenceModelActor, seen once in CI on 2026-12-02); the failed job runs once more,
+# resuming from its checkpoints, as the SLURM profile's retries do for node failures.
 exec snakemake --snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2 \
-  --resources gpu=2 "${args[@]}"
+  --resources gpu=2 --retries 1 "${args[@]}"
