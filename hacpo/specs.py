@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-TableKind = Literal["accuracy", "hyperparams", "ratio_stats", "seeds", "runtime", "memory", "alpha"]
+TableKind = Literal["accuracy", "hyperparams", "ratio_stats", "seeds", "runtime", "memory", "alpha", "claims"]
 FigureKind = Literal["curves", "updates"]
 
 
@@ -30,6 +30,63 @@ class Column(_Spec):
     paper_method: str | None = None  # alpha: the column's method in the paper
     paper_model: str | None = None  # runtime, memory: the column's model in the paper
     method: str | None = None  # alpha: the column's method entry
+
+
+class ClaimSource(_Spec):
+    """One number a claim's side reads for one seed: ``key`` of a JSON file (an eval benchmark's file, a
+    ``profile.json``), or the mean of ``key`` over a JSONL log's rows (of ``agent`` only, over the last
+    ``tail`` fraction of them when given; null values skipped)."""
+
+    file: str
+    key: str
+    agent: str | None = None
+    tail: float | None = Field(None, gt=0, le=1)
+
+
+class ClaimSide(_Spec):
+    """One side of a claim: per seed, the sources whose ``combine`` is that seed's value (the benchmarks of
+    an AVG, the agents of a mean row, the agents' single runs of a wall time), or one constant ``value`` (a
+    threshold)."""
+
+    label: str
+    method: str | None = None
+    seeds: dict[str, list[ClaimSource]] | None = None
+    value: float | None = None
+    combine: Literal["mean", "sum"] = "mean"
+    center: float | None = None  # the seed's value becomes |value − center|
+    paper: float | None = None  # the paper's value of this side, its printed numbers combined the same way
+    paper_columns_mean: float | None = None  # AVG: the mean of the paper's benchmark columns instead
+
+    @model_validator(mode="after")
+    def _one_kind(self):
+        if (self.seeds is None) == (self.value is None):
+            raise ValueError("a claim side has `seeds` (run files) or a constant `value`, not both")
+        return self
+
+
+class ClaimTest(_Spec):
+    """One row of the scorecard: claim × pair × agent, sides a and b on the same seeds."""
+
+    claim: str
+    source: str
+    quote: str | None = None
+    direction: Literal[">", "<"]
+    metric: str
+    ratio: bool = False
+    a: ClaimSide
+    b: ClaimSide
+    paper_table: str | None = None  # where the sides' paper values come from
+    stated: float | None = None  # the paper's sentence, on the row it speaks of
+    decide: str | None = None  # the command that trains the seeds a one-seed row lacks
+
+    @model_validator(mode="after")
+    def _a_reads_runs(self):
+        if self.a.seeds is None:
+            raise ValueError("side a reads run files (`seeds`)")
+        missing = sorted(set(self.a.seeds) - set(self.b.seeds or self.a.seeds))
+        if missing:
+            raise ValueError(f"side b lacks seeds {missing} of side a: the test pairs them")
+        return self
 
 
 class TableRow(_Spec):
@@ -51,6 +108,7 @@ class TableRow(_Spec):
     metrics: list[str] | None = None
     overall: list[str] | None = None  # runtime, memory: a joint run's profile.json per seed ...
     profiles: dict[str, list[str]] | None = None  # ... or each model's single-agent profiles per seed
+    claim: ClaimTest | None = None  # claims: the row's paired test
 
 
 # What each kind needs of its rows (and whether it needs columns).
@@ -62,6 +120,7 @@ _ROW_NEEDS: dict[str, tuple[tuple[str, ...], bool]] = {
     "ratio_stats": (("stat", "agent", "metrics"), False),
     "runtime": (("method",), True),
     "memory": (("method",), True),
+    "claims": (("claim",), False),
 }
 
 

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from hacpo.pipeline import Pipeline
+from hacpo.report import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "Snakefile")]
@@ -76,9 +77,13 @@ def test_default_config_dry_run_resolves_every_table(tmp_path):
         "evaluate": 82,
         "table": 11,
         "figure": 3,  # Figures 2, 3 and the cross rows inside the stepwise clip by update
+        "scorecard": 1,  # the claims (issue 30): no run of its own
         "collect_profiles": 1,
         "all": 1,
     }
+    # the opt-in full scorecard: five seeds for every claim, reusing every run of the default target
+    full = job_counts(ROOT / "config" / "config.yaml", tmp_path, targets=("claims_full",))
+    assert full["scorecard"] == 1 and full["train"] == 130  # 84 new runs + 46 of the default target's
     # the opt-in order sensitivity (default: false): only when named, with exactly its runs
     named = job_counts(ROOT / "config" / "config.yaml", tmp_path, targets=("order_sensitivity",))
     assert named["train"] == 20 and named["table"] == 1  # 4 HACPO variants × 5 seeds
@@ -97,6 +102,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
         "evaluate": 106,
         "table": 11,
         "figure": 3,  # Figures 2, 3 and the cross rows inside the stepwise clip by update
+        "scorecard": 1,
         "collect_profiles": 1,
         "all": 1,
     }
@@ -354,6 +360,20 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
             tables / f"{name}.tex"
         ).stat().st_size
     assert (work / "results" / "figures" / "figure2.png").stat().st_size > 10_000
+    # the scorecard (issue 30): Table 6's two seeds give real intervals, each recomputed from the seeds CSV
+    card, seeds = pd.read_csv(tables / "claims.csv"), pd.read_csv(tables / "claims_seeds.csv")
+    assert set(card["verdict"]) <= set(stats.VERDICTS) and (card["n_seeds"] >= 2).sum() >= 3
+    for _, row in card.iterrows():
+        d = seeds[(seeds["claim"] == row["claim"]) & (seeds["agent"] == row["agent"])]
+        test = stats.paired_test(d["diff"].to_numpy(), row["direction"])
+        assert (test.n, test.verdict) == (row["n_seeds"], row["verdict"]) and test.mean == pytest.approx(
+            row["diff_mean"]
+        )
+    headline = (tables / "claims.md").read_text().splitlines()[2]
+    assert "claim tests hold at this scale" in headline and headline in (tables / "claims.rst").read_text()
+    assert (work / "results" / "figures" / "claims.png").stat().st_size > 10_000
+    dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])
+    assert "Nothing to be done" in dry.stdout + dry.stderr  # its runs exist: the scorecard plans none
     manifest = json.loads((work / "results" / "data" / "manifest.json").read_text())
     assert set(manifest["datasets"]) == {"ci_train", "ci_dev", "ci_test"}
 

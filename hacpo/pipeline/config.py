@@ -308,8 +308,71 @@ class AlphaTable(_Table):
     seeds: list[int] | None = None
 
 
+# What a claim can measure besides an eval benchmark (docs/statistics.md, "What a claim measures").
+CLAIM_METRICS = {
+    "avg": "the mean over the eval setting's benchmarks (the AVG column)",
+    "val_last_third": "mean in-training validation accuracy over the last third of validation points",
+    "wall_time": "the run's wall-clock seconds (single-agent methods: summed over the pair's agents)",
+    "s_homo": "the mean over steps of the agent's s_homo_mean (Table 5)",
+    "s_hete": "the mean over steps of the agent's s_hete_mean (Table 5)",
+}
+PAPER_TABLES = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "table9",
+                "alpha_ablation")  # fmt: skip
+
+
+class ClaimPaper(_Strict):
+    """Where the paper's own effect comes from: its printed tables (``paper_results.csv``), tried in order
+    for each pair's block, and what its sentence states, when it states a number."""
+
+    tables: list[Literal[PAPER_TABLES]] = []  # type: ignore[valid-type]
+    stated: float | None = None  # the effect the sentence states (0.036 for "+3.6 %")
+
+
+class Claim(_Strict):
+    """One claim of the paper, tested on paired seeds (docs/statistics.md): a − b in ``direction``, where a
+    and b are methods on the same pair, agent and seed, or b is a ``threshold``."""
+
+    source: str  # where the paper makes it: "Table 1", "abstract (v2)", ...
+    quote: str | None = None
+    a: Id  # a method (or "base")
+    b: Id | None = None  # a method; or give `threshold`
+    threshold: float | None = None
+    center: float | None = None  # threshold claims: |a − center| against the threshold (s_homo ≈ 1)
+    direction: Literal[">", "<"]
+    metric: str  # a benchmark of the eval setting, or one of CLAIM_METRICS
+    ratio: bool = False  # a / b − 1 instead of a − b (wall time)
+    tables: list[Id] = []  # config tables or figures whose pairs and eval setting it takes when it names none
+    pairs: list[Id] | None = None
+    agents: list[Id] | None = None  # None: every agent of each pair
+    average: bool = False  # also the mean over agents: per pair, and over all its pairs
+    eval: Id | None = None
+    paper: ClaimPaper = ClaimPaper()
+
+    @model_validator(mode="after")
+    def _one_other_side(self):
+        if (self.b is None) == (self.threshold is None):
+            raise ValueError("give exactly one of `b:` (a method) or `threshold:` (a number)")
+        if self.center is not None and self.threshold is None:
+            raise ValueError("`center:` applies to threshold claims only")
+        if self.ratio and self.threshold is not None:
+            raise ValueError("`ratio: true` compares two methods; a threshold claim compares a − threshold")
+        if self.metric in ("s_homo", "s_hete") and self.threshold is None:
+            raise ValueError(f"metric {self.metric!r} is one run's statistic: compare it to a `threshold:`")
+        return self
+
+
+class ClaimsTable(_Table):
+    """The scorecard: each claim on paired seeds, with an interval and a verdict (docs/statistics.md).
+    ``seeds`` unset: each row uses the seeds the default target's runs already have (at least the config's
+    first); set: every row trains and evaluates those seeds."""
+
+    kind: Literal["claims"]
+    claims: dict[Id, Claim] = Field(min_length=1)
+    seeds: list[int] | None = Field(None, min_length=1)
+
+
 Table = Annotated[
-    AccuracyTable | HyperTable | RatioTable | SeedTable | ProfileTable | AlphaTable,
+    AccuracyTable | HyperTable | RatioTable | SeedTable | ProfileTable | AlphaTable | ClaimsTable,
     Field(discriminator="kind"),
 ]
 
@@ -485,21 +548,88 @@ class PipelineConfig(_Strict):
         if getattr(t, "kind", None) == "ratio_stats" and t.method in methods:
             if not self.registry_method(t.method).joint:
                 errs.append(f"{path}.method: {t.method!r} is single-agent; s_hete needs a joint method")
+        if getattr(t, "kind", None) == "claims":
+            for cid, c in t.claims.items():
+                errs += self._claim_problems(f"{path}.claims.{cid}", c)
         if getattr(t, "kind", None) == "updates":
             for i, m in enumerate(t.methods):
                 if m in methods and self.registry_method(m).loss != "hacpo":
                     errs.append(f"{path}.methods.{i}: {m!r} has no stepwise clip (a HACPO loss has)")
         return errs
 
+    def _claim_problems(self, path: str, c: Claim) -> list[str]:
+        """A claim's names (methods, pairs, agents, tables, eval setting, metric) against the config."""
+        need, errs, methods = self._missing, [], {*self.method_names(), "base"}
+        for key in ("a", "b"):
+            if getattr(c, key) is not None:
+                errs += need(f"{path}.{key}", getattr(c, key), methods, "method")
+        for i, name in enumerate(c.tables):
+            errs += need(f"{path}.tables.{i}", name, {**self.tables, **self.figures}, "table or figure")
+        for i, p in enumerate(c.pairs or []):
+            errs += need(f"{path}.pairs.{i}", p, self.pairs, "pair")
+        if errs:
+            return errs
+        pairs = self.claim_pairs(c)
+        if not pairs:
+            errs.append(f"{path}: no pairs: give `pairs:`, or `tables:` naming tables or figures with pairs")
+        for i, agent in enumerate(c.agents or []):
+            for p in pairs:
+                errs += need(f"{path}.agents.{i}", agent, self.pairs[p].agents, f"agent of pair {p!r}")
+        eval_metric = c.metric == "avg" or c.metric in self.benchmarks
+        if not eval_metric and c.metric not in CLAIM_METRICS:
+            known = ", ".join([*CLAIM_METRICS, *self.benchmarks])
+            errs.append(f"{path}.metric: {c.metric!r} is not a benchmark or a claim metric; known: {known}")
+        setting = self.claim_eval(c)
+        if eval_metric:
+            if setting is None:
+                errs.append(f"{path}.eval: metric {c.metric!r} needs an eval setting (`eval:`, or `tables:` "
+                            "naming a table with one)")
+            elif setting not in self.eval_settings:
+                errs += need(f"{path}.eval", setting, self.eval_settings, "eval setting")
+            elif c.metric != "avg":
+                errs += need(f"{path}.metric", c.metric, self.benchmarks_of(setting),
+                             f"benchmark of eval setting {setting!r}")
+        sides = [m for m in (c.a, c.b) if m is not None]
+        if c.metric in ("s_homo", "s_hete") and not self.registry_method(c.a).joint:
+            errs.append(f"{path}.a: {c.a!r} is single-agent; {c.metric} needs a joint method")
+        if not eval_metric and "base" in sides:
+            errs.append(f"{path}: 'base' (the untrained model) has evaluations only, not {c.metric!r}")
+        if c.metric == "val_last_third" and self.val_data is None:
+            errs.append(f"{path}.metric: 'val_last_third' needs in-training validation (`val_data:`)")
+        if c.metric == "wall_time" and (c.agents or c.average):
+            errs.append(f"{path}: wall time is one number per pair and seed: drop `agents:` / `average:`")
+        return errs
+
+    def claim_pairs(self, c: Claim) -> list[str]:
+        """A claim's pairs: its own, else those of the tables it names (in order, each once), so that a pair
+        added to such a table brings the claim with it."""
+        if c.pairs:
+            return list(c.pairs)
+        out: dict[str, None] = {}
+        for name in c.tables:
+            t = self.tables.get(name) or self.figures[name]
+            out.update(dict.fromkeys(getattr(t, "pairs", None) or [getattr(t, "pair", None)]))
+        return [p for p in out if p is not None]
+
+    def claim_eval(self, c: Claim) -> str | None:
+        """A claim's eval setting: its own, else that of the first table it names that has one."""
+        if c.eval:
+            return c.eval
+        views = [self.tables.get(n) or self.figures[n] for n in c.tables]
+        return next((v.eval for v in views if getattr(v, "eval", None)), None)
+
     # ------------------------------------------------------------------ lookups used by the pipeline
     def method_names(self) -> set[str]:
         """Named entries plus every registry name mentioned in tables (registry names need no entry)."""
         names = set(self.methods)
-        for t in [*self.tables.values(), *self.figures.values()]:
+        claims = [c for t in self.tables.values() if t.kind == "claims" for c in t.claims.values()]
+        for t in [*self.tables.values(), *self.figures.values(), *claims]:
             for m in [
                 *(getattr(t, "methods", None) or []),
                 getattr(t, "method", None),
                 getattr(t, "compare_to", None),
+                getattr(t, "a", None),
+                getattr(t, "b", None),
             ]:
                 if m and m != "base" and m not in names:
                     try:

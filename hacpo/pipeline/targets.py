@@ -113,8 +113,13 @@ class Pipeline:
         """Evaluation target of a table cell: ``base/<model>`` or the run's final checkpoint of ``model``."""
         if method == "base":
             return f"base/{model}"
-        r = self._needed(self.run(method, pair, model, seed))
-        return f"{r.kind}/{r.group}/{r.method}/seed{seed}" + (f"/{model}" if r.kind == "joint" else "")
+        return self.target_of(self._needed(self.run(method, pair, model, seed)), model)
+
+    @staticmethod
+    def target_of(run: Run, model: str) -> str:
+        """The evaluation target of ``model``'s final checkpoint in ``run`` (not noted as needed)."""
+        tail = f"/{model}" if run.kind == "joint" else ""
+        return f"{run.kind}/{run.group}/{run.method}/seed{run.seed}{tail}"
 
     def _needed(self, run: Run) -> Run:
         """Note that a table or figure reads ``run`` (:attr:`runs`: every run noted while building them)."""
@@ -285,6 +290,11 @@ class Pipeline:
             self.figure(name)
         return sorted(self._noted)
 
+    def table_names(self, kind: str, of_kind: bool = True) -> list[str]:
+        """The tables of ``kind`` (``of_kind=False``: of every other kind): the claims rule's and the table
+        rule's wildcard values."""
+        return [name for name, t in self.cfg.tables.items() if (t.kind == kind) == of_kind]
+
     def defaults(self, what: str) -> list[str]:
         """The tables or figures the default target builds (``default: false`` ones only when named)."""
         return [name for name, view in getattr(self.cfg, what).items() if view.default]
@@ -297,7 +307,10 @@ class Pipeline:
     def named_target(self, name: str) -> list[str]:
         """Files of one table (csv, md, tex) or figure (png): the `snakemake <name>` target."""
         if name in self.cfg.tables:
-            return [f"{R}/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
+            files = [f"{R}/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
+            if self.cfg.tables[name].kind == "claims":  # + per-seed CSV, the report's page, the forest plot
+                files += [f"{R}/tables/{name}_seeds.csv", f"{R}/tables/{name}.rst", f"{R}/figures/{name}.png"]
+            return files
         return [f"{R}/figures/{name}.png"]
 
     def data_manifest_inputs(self) -> list[str]:

@@ -17,7 +17,7 @@ def load_spec(text: str) -> dict:
 def cmd_table(args) -> int:
     from hacpo.report.tables import write_table
 
-    for p in write_table(load_spec(args.spec), args.out_prefix):
+    for p in write_table(load_spec(args.spec), args.out_prefix, args.figure_prefix):
         print(p)
     return 0
 
@@ -39,4 +39,7 @@ def add_cli(subparsers) -> None:
         a = actions.add_parser(name, help=f"render a {name} from a JSON spec")
         a.add_argument("--spec", required=True, help="JSON string or @path/to/spec.json")
         a.add_argument("--out-prefix", required=True, help=f"output path without extension, e.g. {out}")
+        if name == "table":
+            a.add_argument("--figure-prefix", help="a table kind's own figure (claims: the forest plot), "
+                           "without extension, e.g. results/figures/claims")
         a.set_defaults(func=func)

@@ -15,12 +15,14 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import mean, stdev
 
+from hacpo.report import claims
 from hacpo.report.paper import paper_value
-from hacpo.runio import Metric, atomic_write_text, read_jsonl
+from hacpo.runio import Metric, atomic_write_bytes, atomic_write_text, read_jsonl
 from hacpo.specs import TableSpec, checked
 
 CSV_COLUMNS = ["table", "block", "model", "method", "column", "ours", "ours_std", "n_seeds", "paper", "delta"]
@@ -75,6 +77,10 @@ class Table:
     groups: list[tuple[str, list[Row]]]  # (block label, rows), in spec order
     notes: list[str] = field(default_factory=list)
     csv_only: list[Cell] = field(default_factory=list)  # cells in the CSV but not displayed
+    headline: str = ""  # a line right under the title (the scorecard's count of verdicts)
+    csv_text: str | None = None  # a kind with its own CSV columns (claims) instead of one row per cell
+    extras: dict[str, str] = field(default_factory=dict)  # more files: suffix of the prefix → text
+    figure: Callable[[], bytes] | None = None  # the table's own figure (PNG), written beside the figures
 
     @property
     def cells(self) -> list[Cell]:
@@ -433,8 +439,44 @@ def memory_table(spec: dict) -> Table:
                  notes, csv_only)
 
 
+def claims_table(spec: dict) -> Table:
+    """The scorecard (issue 30): one row per claim × pair × agent with its paired difference over seeds,
+    95 % t interval, verdict, Holm's verdict, rliable's probability of improvement and the paper's effect
+    (:mod:`hacpo.report.claims`, docs/statistics.md). Its CSV has the claims columns
+    (:data:`~hacpo.report.claims.CLAIM_COLUMNS`); ``<prefix>_seeds.csv`` holds every seed's values,
+    ``<prefix>.rst`` the report's front page, and the forest plot goes beside the figures."""
+    card = claims.scorecard(spec)
+    labels = ["pair", "agent", "comparison", "metric", "seeds", "difference [95 % CI]", "verdict",
+              "Holm", "P(a beats b) [95 % CI]", "paper", "to decide"]
+    groups: dict[str, list[Row]] = {}
+    for r in card.rows:
+        poi = "" if r["prob_improvement"] is None else \
+            f"{r['prob_improvement']:.2f} [{fmt_(r['poi_low'])}, {fmt_(r['poi_high'])}]"
+        cells = [str(r["pair"]), str(r["agent"]), claims.comparison(r), r["metric"], r["seeds"],
+                 claims.interval(r), r["verdict"], r["verdict_holm"], poi, claims.fmt(r["paper_diff"]),
+                 claims.to_decide(r)]
+        groups.setdefault(f"{r['claim']} — {r['source']}", []).append((cells, []))
+    notes = [*card.notes, "Per seed: d = a − b (ratio claims: a / b − 1) on the same pair, agent and seed; "
+             "difference = mean of d over the seeds with its 95 % Student-t interval; holds / reversed: the "
+             "interval lies wholly on the paper's / the other side of 0; undecided: it reaches 0; one seed: "
+             "no interval. Holm: the verdict with Holm's correction over all tested rows (family-wise 5 %). "
+             "P(a beats b): rliable's probability of improvement with a 95 % bootstrap interval. paper: the "
+             "paper's own effect from its printed tables. docs/statistics.md."]
+    title = spec.get("title") or spec.get("table", "claims")
+    return Table(spec, labels, [], list(groups.items()), notes, headline=card.headline,
+                 csv_text=claims.csv_text(card.rows, claims.CLAIM_COLUMNS),
+                 extras={"_seeds.csv": claims.csv_text(card.seeds, claims.SEED_COLUMNS),
+                         ".rst": claims.to_rst(card, title)},
+                 figure=lambda: claims.forest_plot(card, title))
+
+
+def fmt_(x) -> str:
+    return claims.fmt(x, ".2f")
+
+
 KINDS = {"accuracy": accuracy_table, "hyperparams": hyperparams_table, "ratio_stats": ratio_stats_table,
-         "seeds": seeds_table, "alpha": alpha_table, "runtime": runtime_table, "memory": memory_table}
+         "seeds": seeds_table, "alpha": alpha_table, "runtime": runtime_table, "memory": memory_table,
+         "claims": claims_table}
 
 
 def build_table(spec: dict) -> Table:
@@ -454,6 +496,8 @@ def _num(x) -> str:
 
 def to_csv(table: Table) -> str:
     """Long/tidy CSV: one row per cell, ``delta`` empty unless ``paper_delta`` and both values exist."""
+    if table.csv_text is not None:
+        return table.csv_text
     buf, name, pd_ = io.StringIO(), table.spec.get("table", ""), bool(table.spec.get("paper_delta"))
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
@@ -471,13 +515,16 @@ def _caption(table: Table) -> list[str]:
         out.append(f"Paper: {spec['paper_table']}. " + (
             "(Δ x) = ours − paper." if spec.get("paper_delta") else
             "(paper x) = the paper's value, for reference only (different scale; no delta)."))
-    out.append("Ours: mean over seeds ± sample std where several seeds exist.")
+    if table.csv_text is None:  # a kind with its own columns says what its numbers are itself
+        out.append("Ours: mean over seeds ± sample std where several seeds exist.")
     return out
 
 
 def to_markdown(table: Table) -> str:
     pd_, spec = bool(table.spec.get("paper_delta")), table.spec
     lines = [f"# {spec.get('title') or spec.get('table', 'table')}", ""]
+    if table.headline:
+        lines += [f"**{table.headline}**", ""]
     head = table.labels + table.headers
     for block, rows in table.groups:
         if block:
@@ -506,7 +553,7 @@ def to_latex(table: Table) -> str:
     head = table.labels + table.headers
     n = len(head)
     lines = [f"% {spec.get('title') or spec.get('table', '')}".replace("\n", " ")]
-    lines += [f"% {c}" for c in _caption(table)]
+    lines += [f"% {c}" for c in ([table.headline] if table.headline else []) + _caption(table)]
     lines += [r"\begin{tabular}{" + "l" * len(table.labels) + "r" * len(table.headers) + "}", r"\toprule",
               " & ".join(tex_escape(h) for h in head) + r" \\", r"\midrule"]
     for gi, (block, rows) in enumerate(table.groups):
@@ -521,13 +568,23 @@ def to_latex(table: Table) -> str:
     return "\n".join(lines)
 
 
-def write_table(spec: dict, out_prefix: str | Path) -> list[Path]:
-    """Build the table and write ``<prefix>.csv``, ``.md`` and ``.tex`` atomically; returns the paths."""
+def write_table(spec: dict, out_prefix: str | Path, figure_prefix: str | Path | None = None) -> list[Path]:
+    """Build the table and write ``<prefix>.csv``, ``.md`` and ``.tex`` (and a kind's extra files, and its
+    own figure as ``<figure_prefix>.png``) atomically; returns the paths."""
     table = build_table(spec)
     prefix = Path(out_prefix)
     paths = [prefix.with_name(prefix.name + ext) for ext in (".csv", ".md", ".tex")]
     for path, render in zip(paths, (to_csv, to_markdown, to_latex), strict=True):
         atomic_write_text(path, render(table))
+    for suffix, text in table.extras.items():
+        paths.append(prefix.with_name(prefix.name + suffix))
+        atomic_write_text(paths[-1], text)
+    if table.figure is not None:
+        if figure_prefix is None:
+            raise ValueError(f"a {spec.get('kind')!r} table draws a figure: give --figure-prefix")
+        png = Path(figure_prefix)
+        paths.append(png.with_name(png.name + ".png"))
+        atomic_write_bytes(paths[-1], table.figure())
     return paths
 
 

@@ -103,3 +103,21 @@ def test_profiles_of_the_openrlhf_engine_feed_tables_7_and_8(rehearsal):
         if table.kind in ("runtime", "memory"):
             text = (d / "results" / "tables" / f"{name}.md").read_text()
             assert "HACPO" in text and "GSPO" in text, name
+
+
+def test_the_scorecard_reads_the_openrlhf_engines_files(rehearsal):
+    """The claims scorecard over real-stack runs: eval summaries from vLLM, validation and s_hete from the
+    joint driver's logs, wall times from both engines' profiles; one seed at CI size, so no verdict."""
+    d, pipe = rehearsal
+    tables = d / "results" / "tables"
+    with open(tables / "claims.csv") as f:
+        card = list(csv.DictReader(f))
+    with open(tables / "claims_seeds.csv") as f:
+        seeds = list(csv.DictReader(f))
+    assert {r["claim"] for r in card} == set(pipe.cfg.tables["claims"].claims)
+    assert all(r["verdict"] == "one seed" and r["n_seeds"] == "1" for r in card)
+    assert len(seeds) == len(card) and all(r["a_value"] and r["b_value"] for r in seeds)
+    by_metric = {r["metric"]: r for r in seeds}
+    assert 0 < float(by_metric["s_hete"]["a_value"]) < 10 and float(by_metric["wall_time"]["b_value"]) > 0
+    assert 0 <= float(by_metric["val_last_third"]["a_value"]) <= 1
+    assert (d / "results" / "figures" / "claims.png").stat().st_size > 10_000

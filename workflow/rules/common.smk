@@ -13,7 +13,8 @@ wildcard_constraints:
     kind="single|joint",
     group="|".join([*PIPE.cfg.models, *PIPE.cfg.pairs]),
     setting="|".join(PIPE.cfg.eval_settings),
-    table="|".join(PIPE.cfg.tables) or "none",
+    table="|".join(PIPE.table_names("claims", False)) or "none",
+    claims="|".join(PIPE.table_names("claims")) or "none",
     figure="|".join(PIPE.cfg.figures) or "none",
     method="[a-z][a-z0-9_]*",
     bench="|".join(PIPE.cfg.benchmarks),
@@ -47,6 +48,14 @@ def table_inputs(wildcards):
 
 def table_spec(wildcards):
     return as_json(PIPE.table(wildcards.table)[1])
+
+
+def claims_inputs(wildcards):
+    return PIPE.table(wildcards.claims)[0]
+
+
+def claims_spec(wildcards):
+    return as_json(PIPE.table(wildcards.claims)[1])
 
 
 def figure_inputs(wildcards):

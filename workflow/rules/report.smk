@@ -23,6 +23,38 @@ rule table:
         "hacpo report table --spec {params.spec:q} --out-prefix results/tables/{wildcards.table} > {log} 2>&1"
 
 
+# The scorecard of the paper's claims (paired seeds, intervals, a verdict per claim; docs/statistics.md).
+rule scorecard:
+    input:
+        claims_inputs,
+    output:
+        csv=report(
+            "results/tables/{claims}.csv",
+            category="Claims",
+            labels={"table": "{claims}", "format": "csv"},
+        ),
+        md="results/tables/{claims}.md",
+        tex="results/tables/{claims}.tex",
+        seeds="results/tables/{claims}_seeds.csv",
+        rst="results/tables/{claims}.rst",
+        png=report(
+            "results/figures/{claims}.png",
+            category="Claims",
+            caption="../report/claims.rst",
+            labels={"table": "{claims}", "format": "forest plot"},
+        ),
+    log:
+        "results/logs/tables/{claims}.log",
+    localrule: True
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        spec=claims_spec,
+    shell:
+        "hacpo report table --spec {params.spec:q} --out-prefix results/tables/{wildcards.claims}"
+        " --figure-prefix results/figures/{wildcards.claims} > {log} 2>&1"
+
+
 rule figure:
     input:
         figure_inputs,
