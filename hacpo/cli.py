@@ -72,33 +72,6 @@ def cmd_build_agent(args) -> int:
     return 0
 
 
-def _reuse_or_supersede(cfg) -> bool:
-    """Workflow mode (``--marker``): the workflow asked for this run. A run in ``out_dir`` of the same spec
-    (config_hash) and inputs (:func:`hacpo.runio.input_fingerprint`) is kept: complete, it is reused (True:
-    nothing to train); interrupted, it resumes. Any other is stale: moved aside, never deleted. The inputs
-    read are recorded (``inputs.json``) for the next time."""
-    from hacpo.runio import RunRecord, atomic_write_json, input_fingerprint, read_json
-
-    out = Path(cfg.out_dir)
-    inputs = input_fingerprint([cfg.train_file, cfg.val_file], [a.path for a in cfg.agents])
-    prev = RunRecord.read(out)
-    if prev is not None:
-        recorded = read_json(out / "inputs.json") if (out / "inputs.json").exists() else None
-        if prev.config_hash == cfg.config_hash() and recorded in (None, inputs):
-            if prev.complete:
-                print(f"reusing the complete run in {out} (same spec and inputs)", file=sys.stderr)
-                return True
-            return False
-        n = 1
-        while out.with_name(f"{out.name}.superseded-{n}").exists():
-            n += 1
-        out.rename(out.with_name(f"{out.name}.superseded-{n}"))
-        why = "another spec" if prev.config_hash != cfg.config_hash() else "other inputs"
-        print(f"moved the previous run to {out.name}.superseded-{n} ({prev.status}, {why})", file=sys.stderr)
-    atomic_write_json(out / "inputs.json", inputs)
-    return False
-
-
 def _runtime_options(text: str | None) -> dict:
     """``hacpo train --runtime JSON``: runtime options only (the workflow passes them apart from the spec)."""
     from hacpo.config import RUNTIME_OPTIONS
@@ -146,9 +119,10 @@ def cmd_train(args) -> int:
         engine_train = functools.partial(train, opts=opts)
     else:
         from hacpo.engines.local import train as engine_train
+    from hacpo.lifecycle import reuse_or_supersede
     from hacpo.runio import atomic_write_json
 
-    reused = args.marker and _reuse_or_supersede(cfg)
+    reused = args.marker and reuse_or_supersede(cfg)
     run = engine_train(cfg)  # a complete run returns at once
     summary = {
         "status": run.status,
@@ -319,6 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.set_defaults(func=cmd_demo)
     for module in (
         "hacpo.pipeline.cli",
+        "hacpo.pipeline.status",
         "hacpo.data.prepare",
         "hacpo.report.cli",
         "hacpo.worker",

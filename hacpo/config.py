@@ -45,6 +45,7 @@ RUNTIME_OPTIONS = (
     "micro_batch_tokens",
     "generation_batch_tokens",
     "openrlhf",
+    "logging",
 )
 
 
@@ -96,6 +97,15 @@ def split_runtime(options: dict) -> tuple[dict, dict]:
     """``options`` (run-config keys) → (what the run computes, its :data:`RUNTIME_OPTIONS`)."""
     spec = {k: v for k, v in options.items() if k not in RUNTIME_OPTIONS}
     return spec, {k: v for k, v in options.items() if k in RUNTIME_OPTIONS}
+
+
+class RunLogging(BaseModel):
+    """Live curves while a run trains (issue 31; a runtime option, never part of a run's identity):
+    TensorBoard scalars in ``<run>/tensorboard``, written by the run loop
+    (:mod:`hacpo.engines.core.trackers`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    tensorboard: bool = True
 
 
 class AgentRef(BaseModel):
@@ -182,6 +192,7 @@ class TrainConfig(BaseModel):
     progress: bool = False
     # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
     openrlhf: OpenRLHFOptions | None = None
+    logging: RunLogging = RunLogging()  # TensorBoard curves of the run loop's rows (runtime only)
 
     @model_validator(mode="before")
     @classmethod

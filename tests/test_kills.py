@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from toy_runs import assert_events_match_logs
 
 from hacpo.runio import MetricsLog, RunRecord, checkpoint_steps, read_jsonl
 
@@ -178,6 +179,7 @@ def assert_same_run(ref: Path, run: Path) -> None:
     assert [without_timing(r) for r in read_jsonl(run / "metrics.jsonl")] == strip  # strict: no torn line
     assert read_jsonl(run / "validation.jsonl") == read_jsonl(ref / "validation.jsonl")
     assert read_jsonl(run / "updates.jsonl") == read_jsonl(ref / "updates.jsonl")  # no duplicates, no gaps
+    assert_events_match_logs(run)  # the live curves too, whatever the kill interrupted
     assert sorted(p.relative_to(run) for p in (run / "checkpoints").rglob("*")) == sorted(
         p.relative_to(ref) for p in (ref / "checkpoints").rglob("*")
     )

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from toy_runs import TEST_DEVICE, toy_train_config
+from toy_runs import TEST_DEVICE, assert_events_match_logs, toy_train_config
 
 from hacpo.algo import cross_bounds, get_method
 from hacpo.config import load_train_config
@@ -195,6 +195,8 @@ def test_resume_after_kill_matches_uninterrupted(
     assert [(u["step"], u["agent"]) for u in ub] == [(u["step"], u["agent"]) for u in ua]  # no dups, no gaps
     if TEST_DEVICE == "cpu":
         assert ua == ub
+    for run in ("ref", "killed"):  # the live curves: each step once, equal to the logs (issue 31)
+        assert_events_match_logs(tmp_path / run / "hacpo")
 
 
 def test_resume_on_another_device_type_is_refused(tmp_path, toy_data, small_agent, monkeypatch):

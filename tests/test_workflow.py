@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from toy_runs import assert_events_match_logs
 
 from hacpo.pipeline import Pipeline
 from hacpo.report import stats
@@ -307,6 +308,13 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     try:
         curve_run = runs / "joint" / "mixed" / "hacpo" / "seed0"  # a run that figure 2 plots
         _wait_for(lambda: curve_run in _resumable_joint_runs(runs), 300, proc)
+        # while Snakemake runs: `hacpo status` sees the run in progress, past a checkpoint (issue 31)
+        live = run([sys.executable, "-m", "hacpo.cli", "status", "--configfile", str(configfile), "--json"],
+                   cwd=work)  # fmt: skip
+        states = {r["run"]: r for r in json.loads(live.stdout)["runs"]}
+        now = states["results/runs/joint/mixed/hacpo/seed0"]
+        assert now["state"] in ("running", "complete") and now["step"] >= 2, now
+        assert {r["state"] for r in states.values()} <= {"planned", "running", "complete"}
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=60)
     finally:
@@ -372,6 +380,11 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     headline = (tables / "claims.md").read_text().splitlines()[2]
     assert "claim tests hold at this scale" in headline and headline in (tables / "claims.rst").read_text()
     assert (work / "results" / "figures" / "claims.png").stat().st_size > 10_000
+    done = json.loads(run([sys.executable, "-m", "hacpo.cli", "status", "--configfile", str(configfile),
+                           "--json"], cwd=work).stdout)  # fmt: skip
+    assert done["total"]["complete"] == done["total"]["runs"] == 10 and done["total"]["left_s"] == 0
+    for run_dir in runs.glob("*/*/*/seed*"):  # the live curves: every local run's, step for step
+        assert_events_match_logs(run_dir)
     dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])
     assert "Nothing to be done" in dry.stdout + dry.stderr  # its runs exist: the scorecard plans none
     manifest = json.loads((work / "results" / "data" / "manifest.json").read_text())

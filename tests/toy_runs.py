@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+
 from hacpo.config import TrainConfig, load_train_config
 
 TEST_DEVICE = os.environ.get("HACPO_TEST_DEVICE", "cpu")  # checked in conftest.py
@@ -31,3 +33,26 @@ def toy_train_config(tmp_path, agents, method: str, *, data, **overrides) -> Tra
     )
     base.update(overrides)
     return load_train_config(base)
+
+
+def assert_events_match_logs(run_dir) -> None:
+    """The run's TensorBoard event files, read with TensorBoard's own reader, hold every metrics and
+    validation row's numbers exactly once, step for step (issue 31): no duplicate or missing step."""
+    from pathlib import Path
+
+    from hacpo.engines.core.trackers import read_scalars, scalars, validation_tag
+    from hacpo.runio import read_jsonl
+
+    events = read_scalars(run_dir)
+    want: dict[str, list[tuple[int, float]]] = {}
+    for row in read_jsonl(Path(run_dir) / "validation.jsonl"):
+        want.setdefault(validation_tag(row["agent"]), []).append((row["step"], row["acc"]))
+    for row in read_jsonl(Path(run_dir) / "metrics.jsonl"):
+        for tag, value in scalars(row).items():
+            want.setdefault(tag, []).append((row["step"], value))
+    assert events.keys() == want.keys(), sorted(set(events) ^ set(want))
+    for tag, points in want.items():
+        got = sorted(events[tag])
+        assert [s for s, _ in got] == [s for s, _ in points], tag  # each step once
+        for (_, a), (_, b) in zip(got, points, strict=True):
+            assert a == float(np.float32(b)), tag  # event files store float32

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from hacpo.algo import HACPO_KNOBS, get_method
-from hacpo.config import Alpha, CrossClipLow, DeltaStep
+from hacpo.config import Alpha, CrossClipLow, DeltaStep, RunLogging
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.eval.run import Decoding
 
@@ -423,6 +423,7 @@ class PipelineConfig(_Strict):
     tables: dict[Id, Table] = {}
     figures: dict[Id, Figure] = {}
     report: ReportSettings = ReportSettings()
+    logging: RunLogging = RunLogging()  # every run's live curves (runtime only: never a rerun)
 
     _v = field_validator("training")(classmethod(lambda cls, v: _check_train_keys(v)))
 

@@ -175,6 +175,7 @@ class Pipeline:
             "val_file": self.dataset_file(cfg.val_data) if cfg.val_data else None,
             "out_dir": run.dir,
             "seed": run.seed,
+            "logging": cfg.logging.model_dump(),
         }
 
     def train_spec(self, run: Run) -> dict:

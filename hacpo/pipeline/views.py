@@ -280,7 +280,7 @@ class Views:
                 a = self._claim_side(c, c.a, setting, members, seeds)
                 if c.threshold is not None:  # a statistic of a's run: say which
                     stat = f"{c.metric}[{a['side']['label']}]"
-                    a["side"]["label"] = stat if c.center is None else f"|{stat} − {c.center:g}|"
+                    a["side"]["label"] = stat if c.center is None else f"abs({stat} − {c.center:g})"
                     b = {"side": {"label": f"{c.threshold:g}", "value": c.threshold, "paper": c.threshold}}
                 else:
                     b = self._claim_side(c, c.b, setting, members, seeds)

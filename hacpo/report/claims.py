@@ -141,7 +141,7 @@ def scorecard(spec: dict) -> Scorecard:
             "prob_improvement": poi, "poi_low": poi_ci and poi_ci[0], "poi_high": poi_ci and poi_ci[1],
             "seeds_needed": stats.seeds_needed(test.mean, test.sd) if test.verdict == "undecided" else None,
             "paper_diff": paper, "paper_table": t.get("paper_table"), "paper_stated": t.get("stated"),
-            "source": t["source"], "decide": t.get("decide"),
+            "source": t["source"], "decide": t.get("decide"), "agent_label": row.get("model_label"),
         })  # fmt: skip
         if t.get("stated") is not None:
             notes.append(_stated_note(t, paper, _paper_effect(t, "paper_columns_mean")))
@@ -202,7 +202,12 @@ def interval(row: dict) -> str:
 
 
 def comparison(row: dict) -> str:
-    lhs = f"{row['a']} / {row['b']} − 1" if row["ratio"] else f"{row['a']} − {row['b']}"
+    """``a − b > 0`` (``a / b − 1`` for ratios); a label with a minus of its own in parentheses."""
+    def side(x) -> str:
+        return f"({x})" if " − " in x and not x.startswith("abs(") else x
+
+    a, b = side(str(row["a"])), side(str(row["b"]))
+    lhs = f"{a} / {b} − 1" if row["ratio"] else f"{a} − {b}"
     return f"{lhs} {row['direction']} 0"
 
 
@@ -219,8 +224,9 @@ def to_decide(row: dict) -> str:
 def to_rst(card: Scorecard, title: str) -> str:
     """The report's front page: the headline and the scorecard as a csv-table (reStructuredText)."""
 
-    def q(x) -> str:
-        return '"' + str(x).replace('"', '""') + '"'
+    def q(x) -> str:  # a csv-table cell: inline markup (|, *, `, \\) escaped, quotes doubled
+        text = "".join("\\" + ch if ch in "\\|*`" else ch for ch in str(x))
+        return '"' + text.replace('"', '""') + '"'
 
     head = [
         "claim",
@@ -247,7 +253,7 @@ def to_rst(card: Scorecard, title: str) -> str:
         cells = [
             r["claim"],
             r["pair"],
-            r["agent"],
+            r["agent_label"] or r["agent"],
             comparison(r),
             r["metric"],
             r["n_seeds"],
@@ -287,7 +293,7 @@ def forest_plot(card: Scorecard, title: str) -> bytes:
         ax.axvline(0, color="black", lw=0.8, ls="--")
         ax.set_yticks(
             range(len(rows)),
-            [f"{r['pair']} · {r['agent']} (n={r['n_seeds']})" for r in reversed(rows)],
+            [f"{r['pair']} · {r['agent_label'] or r['agent']} (n={r['n_seeds']})" for r in reversed(rows)],
             fontsize="small",
         )
         ax.set_ylim(-0.7, len(rows) - 0.3)

@@ -452,7 +452,8 @@ def claims_table(spec: dict) -> Table:
     for r in card.rows:
         poi = "" if r["prob_improvement"] is None else \
             f"{r['prob_improvement']:.2f} [{fmt_(r['poi_low'])}, {fmt_(r['poi_high'])}]"
-        cells = [str(r["pair"]), str(r["agent"]), claims.comparison(r), r["metric"], r["seeds"],
+        agent = str(r["agent_label"] or r["agent"])
+        cells = [str(r["pair"]), agent, claims.comparison(r), r["metric"], r["seeds"],
                  claims.interval(r), r["verdict"], r["verdict_holm"], poi, claims.fmt(r["paper_diff"]),
                  claims.to_decide(r)]
         groups.setdefault(f"{r['claim']} — {r['source']}", []).append((cells, []))

@@ -19,6 +19,7 @@ KILL_GRACE_S = 5.0
 """Seconds between SIGTERM and SIGKILL when a job is cancelled or the server stops."""
 PRELOAD = (
     "torch",
+    "torch.utils.tensorboard",  # the run loop's live curves
     "transformers",
     "hacpo.cli",
     "hacpo.algo",

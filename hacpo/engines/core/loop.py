@@ -25,6 +25,7 @@ from hacpo.config import TrainConfig
 from hacpo.runio import Metric, MetricsLog, Validation
 
 from .step import StepResult
+from .trackers import TensorBoardView
 
 Validate = Callable[[int], Sequence[float]]  # step → greedy accuracy of every agent, in agent order
 
@@ -40,12 +41,14 @@ class RunLoop:
     metrics: MetricsLog = field(init=False)
     validation: MetricsLog = field(init=False)
     updates: MetricsLog = field(init=False)
+    view: TensorBoardView | None = field(init=False)  # live curves of the metrics and validation rows
 
     def __post_init__(self) -> None:
         out = Path(self.cfg.out_dir)
         self.metrics = MetricsLog(out / "metrics.jsonl")
         self.validation = MetricsLog(out / "validation.jsonl")
         self.updates = MetricsLog(out / "updates.jsonl")
+        self.view = TensorBoardView(out) if self.cfg.logging.tensorboard else None
         self._validate_s = 0.0  # validation time not yet counted in a metrics row
 
     def due(self, done: int) -> bool:
@@ -57,12 +60,14 @@ class RunLoop:
         self.metrics.truncate_to(start)
         self.updates.truncate_to(start)
         self.validation.truncate_to(start + 1 if start else 0)
-        if not self.due(start):
-            return
         rows = self.validation.read()
         validated = {r[Validation.AGENT] for r in rows if r.get(Validation.STEP) == start}
-        if start == 0 or validated != set(self.agents):
+        again = self.due(start) and (start == 0 or validated != set(self.agents))
+        if again:
             self.validation.truncate_to(start)
+        if self.view is not None:  # the curves: exactly the rows the logs keep, each step once
+            self.view.rebuild(self.metrics.read(), self.validation.read())
+        if again:
             self.validate(start, validate)
 
     def validate(self, step: int, validate: Validate) -> None:
@@ -71,7 +76,9 @@ class RunLoop:
         if len(accs) != len(self.agents):
             raise ValueError(f"validation gave {len(accs)} accuracies for agents {list(self.agents)}")
         for agent, acc in zip(self.agents, accs, strict=True):
-            self.validation.append(Validation.row(step, agent, acc, self.val_size))
+            self.validation.append(row := Validation.row(step, agent, acc, self.val_size))
+            if self.view is not None:
+                self.view.validation(row)
         self._validate_s += time.perf_counter() - t0
 
     def run(
@@ -91,7 +98,11 @@ class RunLoop:
             row[Metric.VALIDATE_S], self._validate_s = self._validate_s, 0.0
             self.updates.extend(result.updates)  # before the step's row: a metrics row implies its updates
             self.metrics.append(row)
+            if self.view is not None:
+                self.view.metrics(row)
             if on_row is not None:
                 on_row(row)
             if self.cfg.checkpoint_due(done):
                 save_checkpoint(done)
+        if self.view is not None:
+            self.view.close()
