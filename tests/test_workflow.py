@@ -92,6 +92,25 @@ def test_default_config_dry_run_resolves_every_table(tmp_path):
     assert "figure" not in named and "collect_profiles" not in named
 
 
+def test_a_spec_larger_than_one_command_argument_reaches_its_job(tmp_path):
+    """The full scorecard's spec is over the 128 KiB a single argument of a command may have (Linux
+    MAX_ARG_STRLEN): the rule hands it over through a file written by the shell's printf builtin, and the job
+    reads ``--spec @file``. The printf part of the rule's real command, run as Snakemake runs a long one (a
+    script file), writes the spec whole."""
+    _, spec = Pipeline(yaml.safe_load((ROOT / "config" / "config.yaml").read_text())).table("claims_full")
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    assert len(text.encode()) > 128 * 1024
+    out = run([*SNAKEMAKE, "-n", "-p", "claims_full", "--directory", str(tmp_path / "w")]).stdout
+    (command,) = [line.removeprefix("Shell command: ") for line in out.splitlines()
+                  if line.startswith("Shell command: printf") and "claims_full" in line]  # fmt: skip
+    write_spec, _, job = command.partition(" && ")
+    assert job.startswith("hacpo report table --spec @results/logs/tables/claims_full.spec.json")
+    (tmp_path / "results" / "logs" / "tables").mkdir(parents=True)
+    (tmp_path / "script.sh").write_text(write_spec + "\n")
+    subprocess.run(["bash", "script.sh"], cwd=tmp_path, check=True)
+    assert json.loads((tmp_path / "results/logs/tables/claims_full.spec.json").read_text()) == spec
+
+
 def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_jobs(tmp_path):
     counts = job_counts(ROOT / "config" / "paper.yaml", tmp_path / "a", profile="slurm")
     assert counts == {
