@@ -121,3 +121,17 @@ def test_the_scorecard_reads_the_openrlhf_engines_files(rehearsal):
     assert 0 < float(by_metric["s_hete"]["a_value"]) < 10 and float(by_metric["wall_time"]["b_value"]) > 0
     assert 0 <= float(by_metric["val_last_third"]["a_value"]) <= 1
     assert (d / "results" / "figures" / "claims.png").stat().st_size > 10_000
+
+
+def test_joint_runs_write_the_run_loops_curves(rehearsal):
+    """Issue 31: a joint run on the OpenRLHF engine writes the same TensorBoard tags as the local engine (the
+    run loop's, from its logs), each step once; its single-agent runs keep OpenRLHF's own event files."""
+    from toy_runs import assert_events_match_logs
+
+    d, pipe = rehearsal
+    joint = [r for r in pipe.runs if r.kind == "joint"]
+    assert joint
+    for run in joint:
+        assert_events_match_logs(d / run.dir)
+    for run in (r for r in pipe.runs if r.kind == "single"):
+        assert list((d / run.dir / "openrlhf" / "tensorboard").rglob("events.out.tfevents.*")), run.dir
