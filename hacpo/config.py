@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -99,13 +100,43 @@ def split_runtime(options: dict) -> tuple[dict, dict]:
     return spec, {k: v for k, v in options.items() if k in RUNTIME_OPTIONS}
 
 
+class WandbLogging(BaseModel):
+    """Weights & Biases for every run of both engines (:class:`~hacpo.engines.core.trackers.WandbView`; an
+    OpenRLHF single-agent run through OpenRLHF's own logger). The API key is read from ``WANDB_API_KEY`` only,
+    never from a config, so it never lands in a run's files or a process list."""
+
+    model_config = ConfigDict(extra="forbid")
+    project: str = Field("hacpo", min_length=1)
+    group: str | None = None  # W&B's run group (e.g. the workflow's name): runs of one config side by side
+    entity: str | None = None  # team or user (None: the key's default entity)
+    mode: Literal["online", "offline"] = "online"  # offline: files under <run>/wandb, `wandb sync` later
+
+
 class RunLogging(BaseModel):
     """Live curves while a run trains (issue 31; a runtime option, never part of a run's identity):
-    TensorBoard scalars in ``<run>/tensorboard``, written by the run loop
-    (:mod:`hacpo.engines.core.trackers`)."""
+    TensorBoard scalars in ``<run>/tensorboard`` and, when ``wandb`` is set, a W&B run, written by the run
+    loop (:mod:`hacpo.engines.core.trackers`)."""
 
     model_config = ConfigDict(extra="forbid")
     tensorboard: bool = True
+    wandb: WandbLogging | None = None
+
+    def check_environment(self) -> None:
+        """What a run would only fail on after its models load: wandb missing, or no key for online mode."""
+        if self.wandb is None:
+            return
+        import importlib.util
+
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError(
+                "logging.wandb is set but the wandb package is not installed: pip install 'hacpo[wandb]' "
+                "(or remove logging.wandb)"
+            )
+        if self.wandb.mode == "online" and not os.environ.get("WANDB_API_KEY"):
+            raise ValueError(
+                "logging.wandb.mode is online but WANDB_API_KEY is not set: export it, or set "
+                "logging.wandb.mode: offline (files under <run>/wandb, uploaded later with `wandb sync`)"
+            )
 
 
 class AgentRef(BaseModel):

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from toy_runs import TEST_DEVICE, assert_events_match_logs, toy_train_config
+from toy_runs import TEST_DEVICE, assert_events_match_logs, assert_wandb_matches_logs, toy_train_config
 
 from hacpo.algo import cross_bounds, get_method
 from hacpo.config import load_train_config
@@ -165,7 +165,8 @@ def test_resume_after_kill_matches_uninterrupted(
     tmp_path, toy_data, small_agent, other_agent, monkeypatch, val_every
 ):
     agents = [("llama", small_agent), ("qwen", other_agent)]
-    kw = dict(data=toy_data, steps=4, checkpoint_every=2, val_every=val_every, val_size=20)
+    wandb = {"wandb": {"project": "hacpo-tests", "mode": "offline"}}  # W&B's offline files: no network
+    kw = dict(data=toy_data, steps=4, checkpoint_every=2, val_every=val_every, val_size=20, logging=wandb)
     ref = _cfg(tmp_path / "ref", agents, "hacpo", **kw)
     train(ref)
 
@@ -197,6 +198,7 @@ def test_resume_after_kill_matches_uninterrupted(
         assert ua == ub
     for run in ("ref", "killed"):  # the live curves: each step once, equal to the logs (issue 31)
         assert_events_match_logs(tmp_path / run / "hacpo")
+        assert_wandb_matches_logs(tmp_path / run / "hacpo")
 
 
 def test_resume_on_another_device_type_is_refused(tmp_path, toy_data, small_agent, monkeypatch):

@@ -15,8 +15,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hacpo.config import TrainConfig
-from hacpo.engines.openrlhf.command import Layout, build_command, module_and_args, prompt_order, reward_file
+from hacpo.config import RunLogging, TrainConfig
+from hacpo.engines.openrlhf.command import (
+    Layout,
+    build_command,
+    joint_agent_args,
+    module_and_args,
+    prompt_order,
+    reward_file,
+    wandb_env,
+)
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.pipeline import Pipeline
 
@@ -316,3 +324,41 @@ def test_cpu_rehearsal_options_default_what_a_cpu_can_run_and_refuse_the_rest():
         OpenRLHFOptions(cpu=True, sleep=True)
     with pytest.raises(ValueError, match="nodes: 1"):
         OpenRLHFOptions(cpu=True, nodes=2)
+
+
+def test_openrlhf_single_agent_runs_log_to_wandb_through_openrlhf(tmp_path):
+    """OpenRLHF's own W&B logger for its single-agent runs: its flags (a placeholder key: the real one stays
+    in WANDB_API_KEY) and the environment its Ray actor reads: mode, folder, one run id over resumes."""
+    wandb = {"project": "p", "group": "g", "entity": "e", "mode": "offline"}
+    cfg = paper_run("gspo", logging={"wandb": wandb})
+    f = flags(build_command(cfg, cfg.openrlhf, Layout(tmp_path)))
+    assert f["logger.wandb.key"] == ["from-WANDB_API_KEY"] and f["logger.wandb.project"] == ["p"]
+    assert f["logger.wandb.group"] == ["g"] and f["logger.wandb.org"] == ["e"]
+    assert "logger.tensorboard_dir" in f  # metrics.jsonl is read from OpenRLHF's event files
+    env = wandb_env(cfg, Layout(tmp_path), resume=False)
+    assert env["WANDB_MODE"] == "offline" and env["WANDB_DIR"] == str(tmp_path.resolve())
+    assert env["WANDB_RESUME"] == "allow" and "WANDB_API_KEY" not in env
+    assert wandb_env(cfg, Layout(tmp_path), resume=True)["WANDB_RUN_ID"] == env["WANDB_RUN_ID"]
+    plain = paper_run("gspo")
+    assert "logger.wandb.key" not in flags(build_command(plain, plain.openrlhf, Layout(tmp_path)))
+    assert wandb_env(plain, Layout(tmp_path), resume=False) == {}
+
+
+def test_openrlhf_joint_runs_leave_logging_to_the_run_loop(tmp_path):
+    """A joint run's agents give OpenRLHF's loggers nothing (the run loop writes TensorBoard and W&B with the
+    local engine's tags): no second event directory, no second W&B run."""
+    cfg = joint_run("q1p7b_q4b").model_copy(
+        update={"logging": RunLogging(wandb={"project": "p", "mode": "offline"})}
+    )
+    for k in range(2):
+        f = flags(joint_agent_args(cfg, cfg.openrlhf, Layout(tmp_path), k))
+        assert not {"logger.tensorboard_dir", "logger.wandb.key", "logger.wandb.run_name"} & f.keys()
+
+
+def test_wandb_variables_reach_the_ray_actors(monkeypatch):
+    from hacpo.engines.openrlhf.launch import job_runtime_env
+
+    monkeypatch.setenv("WANDB_RUN_ID", "abc")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    env = job_runtime_env({"env_vars": {"OWN": "1"}}, cpu=False)["env_vars"]
+    assert env["WANDB_RUN_ID"] == "abc" and env["WANDB_MODE"] == "offline" and env["OWN"] == "1"

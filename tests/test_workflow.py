@@ -266,6 +266,20 @@ def test_bad_config_fails_before_any_job_with_the_key_path(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def test_wandb_online_without_a_key_stops_before_the_first_job(tmp_path):
+    """logging.wandb online needs WANDB_API_KEY: the workflow says so at its start, not each run after its
+    models load (a dry run, which starts nothing, plans as usual)."""
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    cfg["logging"] = {"wandb": {"project": "hacpo-tests"}}
+    (tmp_path / "wandb.yaml").write_text(yaml.safe_dump(cfg))
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_API_KEY"}
+    args = [*SNAKEMAKE, "-c1", "--configfile", str(tmp_path / "wandb.yaml"), "--directory", str(tmp_path)]
+    assert run([*args, "-n"], env=env).returncode == 0
+    out = run(args, check=False, env=env)
+    assert out.returncode != 0 and "WANDB_API_KEY is not set" in out.stdout + out.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def _wait_for(predicate, timeout: float, proc=None) -> None:
     t0 = time.time()
     while not predicate():

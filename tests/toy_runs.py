@@ -35,21 +35,44 @@ def toy_train_config(tmp_path, agents, method: str, *, data, **overrides) -> Tra
     return load_train_config(base)
 
 
-def assert_events_match_logs(run_dir) -> None:
-    """The run's TensorBoard event files, read with TensorBoard's own reader, hold every metrics and
-    validation row's numbers exactly once, step for step (issue 31): no duplicate or missing step."""
+def _logged_values(run_dir) -> dict[str, list[tuple[int, float]]]:
+    """What the live views should hold: every validation accuracy and numeric metrics field by step."""
     from pathlib import Path
 
-    from hacpo.engines.core.trackers import read_scalars, scalars, validation_tag
+    from hacpo.engines.core.trackers import scalars, validation_tag
     from hacpo.runio import read_jsonl
 
-    events = read_scalars(run_dir)
     want: dict[str, list[tuple[int, float]]] = {}
     for row in read_jsonl(Path(run_dir) / "validation.jsonl"):
         want.setdefault(validation_tag(row["agent"]), []).append((row["step"], row["acc"]))
     for row in read_jsonl(Path(run_dir) / "metrics.jsonl"):
         for tag, value in scalars(row).items():
             want.setdefault(tag, []).append((row["step"], value))
+    return want
+
+
+def assert_wandb_matches_logs(run_dir) -> None:
+    """The run's offline W&B files hold one run (one id, over resumes) with every metrics and validation
+    row's numbers exactly once, step for step and unrounded (issue 31)."""
+    from pathlib import Path
+
+    from hacpo.engines.core.trackers import WANDB_DIR, WANDB_ID_FILE, read_wandb_history
+
+    folder = Path(run_dir) / WANDB_DIR
+    run_id = (folder / WANDB_ID_FILE).read_text().strip()
+    assert [p.name.rsplit("-", 1)[1] for p in folder.glob("offline-run-*")] == [run_id]
+    got, want = read_wandb_history(run_dir), _logged_values(run_dir)
+    assert got.keys() == want.keys(), sorted(set(got) ^ set(want))
+    for key, points in want.items():
+        assert sorted(got[key]) == sorted(points), key  # each step once, the same numbers
+
+
+def assert_events_match_logs(run_dir) -> None:
+    """The run's TensorBoard event files, read with TensorBoard's own reader, hold every metrics and
+    validation row's numbers exactly once, step for step (issue 31): no duplicate or missing step."""
+    from hacpo.engines.core.trackers import read_scalars
+
+    events, want = read_scalars(run_dir), _logged_values(run_dir)
     assert events.keys() == want.keys(), sorted(set(events) ^ set(want))
     for tag, points in want.items():
         got = sorted(events[tag])

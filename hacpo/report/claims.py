@@ -10,14 +10,13 @@ long per-seed records (every verdict can be recomputed from them alone), the hea
 from __future__ import annotations
 
 import io
-import json
 import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hacpo.report import stats
-from hacpo.runio import read_jsonl
+from hacpo.report.files import read_json, read_rows
 
 SEED_COLUMNS = ["claim", "pair", "agent", "seed", "a", "b", "direction", "metric", "ratio", "center",
                 "a_value", "b_value", "diff"]  # fmt: skip
@@ -40,13 +39,8 @@ class Scorecard:
 def _number(src: dict, where: str) -> float:
     """The value of one :class:`hacpo.specs.ClaimSource`."""
     path, key = Path(src["file"]), src["key"]
-    if not path.is_file():
-        raise ValueError(f"{where}: file {str(path)!r} does not exist")
     if path.suffix == ".jsonl":
-        try:
-            rows = read_jsonl(path)
-        except ValueError as err:
-            raise ValueError(f"{where}: {err}") from err
+        rows = read_rows(path, where)
         if src.get("agent") is not None:
             rows = [r for r in rows if r.get("agent") == src["agent"]]
         vals = [float(r[key]) for r in rows if r.get(key) is not None and not math.isnan(float(r[key]))]
@@ -58,10 +52,7 @@ def _number(src: dict, where: str) -> float:
                 + (f" for agent {src['agent']!r}" if src.get("agent") else "")
             )
         return sum(vals) / len(vals)
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: {str(path)!r} is not valid JSON ({err})") from err
+    data = read_json(path, where)
     if not isinstance(data, dict) or not isinstance(data.get(key), int | float):
         raise ValueError(f"{where}: {str(path)!r} has no number under {key!r}")
     return float(data[key])

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from hacpo.report.tables import _read_jsonl, _req
+from hacpo.report.files import read_rows
+from hacpo.report.tables import _req
 from hacpo.runio import Update, Validation, atomic_write_bytes, atomic_write_text
 from hacpo.specs import LINE_LOGS, FigureSpec, checked
 
@@ -37,7 +38,7 @@ def _line_rows(spec: dict, files: str, agent_field: str):
             if not _req(line, files, where):
                 raise ValueError(f"{where}: {files!r} is empty")
             for seed, path in enumerate(line[files]):
-                got = [r for r in _read_jsonl(path, where) if a is None or r.get(agent_field) == a]
+                got = [r for r in read_rows(path, where) if a is None or r.get(agent_field) == a]
                 if not got:
                     raise ValueError(f"{where}: no rows for agent {a!r} in {str(path)!r}")
                 for r in got:

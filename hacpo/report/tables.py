@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -21,8 +20,9 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from hacpo.report import claims
+from hacpo.report.files import read_json, read_rows
 from hacpo.report.paper import paper_value
-from hacpo.runio import Metric, atomic_write_bytes, atomic_write_text, read_jsonl
+from hacpo.runio import Metric, atomic_write_bytes, atomic_write_text
 from hacpo.specs import TableSpec, checked
 
 CSV_COLUMNS = ["table", "block", "model", "method", "column", "ours", "ours_std", "n_seeds", "paper", "delta"]
@@ -97,26 +97,6 @@ def _req(d: dict, key: str, where: str):
     return d[key]
 
 
-def _read_json(path, where: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{where}: file {str(p)!r} does not exist")
-    try:
-        return json.loads(p.read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{where}: {str(p)!r} is not valid JSON ({err})") from err
-
-
-def _read_jsonl(path, where: str) -> list[dict]:
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"{where}: file {str(p)!r} does not exist")
-    try:
-        return read_jsonl(p)
-    except ValueError as err:
-        raise ValueError(f"{where}: {err}") from err
-
-
 def _mean_std(vals: list[float]) -> tuple[float | None, float | None]:
     """Mean and sample standard deviation (ddof 1; None for fewer than two values)."""
     if not vals:
@@ -140,7 +120,7 @@ def _eval_metric(paths, metric: str, where: str) -> list[float]:
     """``summary[metric]`` of each eval summary JSON (one file per seed)."""
     vals = []
     for p in paths or []:
-        s = _read_json(p, where)
+        s = read_json(p, where)
         if metric not in s:
             avail = sorted(k for k, v in s.items() if isinstance(v, int | float) and not isinstance(v, bool))
             raise ValueError(f"{where}: metric {metric!r} not in {str(p)!r}; available keys: {avail}")
@@ -246,7 +226,7 @@ def ratio_stats_table(spec: dict) -> Table:
         stat, agent = _req(row, "stat", where), _req(row, "agent", where)
         key, vals, paths = Metric.of(agent, f"{stat}_mean"), [], _req(row, "metrics", where)
         for p in paths:
-            vals += [float(r[key]) for r in _read_jsonl(p, where) if r.get(key) is not None
+            vals += [float(r[key]) for r in read_rows(p, where) if r.get(key) is not None
                      and not math.isnan(float(r[key]))]
         if not vals:
             raise ValueError(f"{where}: no step has {key!r} in {[str(p) for p in paths]}")
@@ -341,7 +321,7 @@ def runtime_table(spec: dict) -> Table:
     The column "relative to GSPO total" is the comparable number across scales (ours and paper alike).
     """
     def value_of(paths, where):
-        vals = [float(_req(_read_json(p, where), "wall_s", f"{where}, {p}")) for p in paths or []]
+        vals = [float(_req(read_json(p, where), "wall_s", f"{where}, {p}")) for p in paths or []]
         return *_mean_std(vals), len(vals)
 
     bench = spec.get("paper_benchmark", "runtime_minutes")
@@ -383,7 +363,7 @@ def memory_table(spec: dict) -> Table:
     likewise the max of its per-model values. "relative to GSPO" = total / GSPO total.
     """
     def value_of(paths, where):
-        profs = [_read_json(p, where) for p in paths or []]
+        profs = [read_json(p, where) for p in paths or []]
         gpu = bool(profs) and all(p.get("peak_gpu_mem_mb") is not None for p in profs)
         mb = [float(_req(p, "peak_gpu_mem_mb" if gpu else "peak_rss_mb", f"{where}, profile")) for p in profs]
         pct = [100 * p["peak_gpu_mem_mb"] / p["gpu_total_mb"] for p in profs] \

@@ -110,12 +110,15 @@ def test_a_joint_run_killed_in_an_actor_fails_clearly_and_resumes_like_an_uninte
     tmp_path, request, toy_data
 ):
     from safetensors.torch import load_file
+    from toy_runs import assert_events_match_logs, assert_wandb_matches_logs
 
+    from hacpo.config import RunLogging, WandbLogging
     from hacpo.engines.openrlhf.runner import train
     from hacpo.runio import Profile, RunRecord, read_jsonl
 
     ref_cfg = _reference(tmp_path, request, toy_data)
-    cfg = ref_cfg.model_copy(update={"out_dir": str(tmp_path / "killed")})
+    offline = RunLogging(wandb=WandbLogging(project="hacpo-tests", mode="offline"))  # issue 31: W&B resumes
+    cfg = ref_cfg.model_copy(update={"out_dir": str(tmp_path / "killed"), "logging": offline})
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=lambda: killed.extend(_kill_policy_actor_after_checkpoint(cfg, 1, stop)))
     killer.start()
@@ -154,6 +157,8 @@ def test_a_joint_run_killed_in_an_actor_fails_clearly_and_resumes_like_an_uninte
         a = load_file(Path(cfg.out_dir) / "checkpoints" / agent / final / "model.safetensors")
         b = load_file(Path(ref_cfg.out_dir) / "checkpoints" / agent / final / "model.safetensors")
         assert all(torch.allclose(a[k].float(), b[k].float(), rtol=1e-5, atol=1e-6) for k in a), agent
+    assert_events_match_logs(cfg.out_dir)  # the live curves, written in the controller actor: each step once
+    assert_wandb_matches_logs(cfg.out_dir)
     prof = Profile.read(cfg.out_dir)  # the profile both engines write: Tables 7 and 8 read it
     assert prof.engine == "openrlhf" and prof.tokens_per_s > 0 and prof.peak_rss_mb > 100
     assert prof.phase_s["generate"] > 0 and prof.phase_s["update"] > 0

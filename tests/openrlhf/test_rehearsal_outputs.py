@@ -124,14 +124,24 @@ def test_the_scorecard_reads_the_openrlhf_engines_files(rehearsal):
 
 
 def test_joint_runs_write_the_run_loops_curves(rehearsal):
-    """Issue 31: a joint run on the OpenRLHF engine writes the same TensorBoard tags as the local engine (the
-    run loop's, from its logs), each step once; its single-agent runs keep OpenRLHF's own event files."""
-    from toy_runs import assert_events_match_logs
+    """Issue 31: a joint run on the OpenRLHF engine writes the same TensorBoard tags and W&B keys as the local
+    engine (the run loop's, from its logs, inside the Ray actor that drives it), each step once; its
+    single-agent runs keep OpenRLHF's own event files and W&B logger, in the same run directory."""
+    from toy_runs import assert_events_match_logs, assert_wandb_matches_logs
+
+    from hacpo.engines.core.trackers import read_wandb_history
 
     d, pipe = rehearsal
+    assert pipe.cfg.logging.wandb is not None and pipe.cfg.logging.wandb.mode == "offline"
     joint = [r for r in pipe.runs if r.kind == "joint"]
     assert joint
     for run in joint:
         assert_events_match_logs(d / run.dir)
+        assert_wandb_matches_logs(d / run.dir)
+        assert not (d / run.dir / "openrlhf" / "tensorboard").exists()  # one event directory per run
     for run in (r for r in pipe.runs if r.kind == "single"):
+        steps = pipe.train_settings(run)["steps"]
         assert list((d / run.dir / "openrlhf" / "tensorboard").rglob("events.out.tfevents.*")), run.dir
+        history = read_wandb_history(d / run.dir)  # OpenRLHF's WandbLogger: train/* against its global step
+        assert set(range(1, steps + 1)) <= {int(v) for _, v in history["train/global_step"]}, run.dir
+        assert len(history["train/rollout/reward_mean"]) >= steps, run.dir

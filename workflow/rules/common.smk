@@ -100,6 +100,7 @@ def dataset_spec(wildcards):
 
 # A warm worker pre-imports torch/transformers once for the many short local jobs (hacpo.pipeline.hooks).
 onstart:
+    PIPE.cfg.logging.check_environment()  # W&B's package and key, before the first job
     start_worker(workflow.local_exec)
 
 

@@ -25,7 +25,7 @@ from hacpo.config import TrainConfig
 from hacpo.runio import Metric, MetricsLog, Validation
 
 from .step import StepResult
-from .trackers import TensorBoardView
+from .trackers import TensorBoardView, WandbView
 
 Validate = Callable[[int], Sequence[float]]  # step → greedy accuracy of every agent, in agent order
 
@@ -41,14 +41,18 @@ class RunLoop:
     metrics: MetricsLog = field(init=False)
     validation: MetricsLog = field(init=False)
     updates: MetricsLog = field(init=False)
-    view: TensorBoardView | None = field(init=False)  # live curves of the metrics and validation rows
+    views: list[TensorBoardView | WandbView] = field(init=False)  # live curves of the metrics, validation
 
     def __post_init__(self) -> None:
         out = Path(self.cfg.out_dir)
         self.metrics = MetricsLog(out / "metrics.jsonl")
         self.validation = MetricsLog(out / "validation.jsonl")
         self.updates = MetricsLog(out / "updates.jsonl")
-        self.view = TensorBoardView(out) if self.cfg.logging.tensorboard else None
+        logging = self.cfg.logging
+        self.views = [TensorBoardView(out)] if logging.tensorboard else []
+        if logging.wandb is not None:
+            spec = {**self.cfg.run_spec(), "config_hash": self.cfg.config_hash()}
+            self.views.append(WandbView(out, logging.wandb, spec))
         self._validate_s = 0.0  # validation time not yet counted in a metrics row
 
     def due(self, done: int) -> bool:
@@ -65,8 +69,9 @@ class RunLoop:
         again = self.due(start) and (start == 0 or validated != set(self.agents))
         if again:
             self.validation.truncate_to(start)
-        if self.view is not None:  # the curves: exactly the rows the logs keep, each step once
-            self.view.rebuild(self.metrics.read(), self.validation.read())
+        kept_metrics, kept_validation = self.metrics.read(), self.validation.read()
+        for view in self.views:  # the curves: exactly the rows the logs keep, each step once
+            view.rebuild(kept_metrics, kept_validation)
         if again:
             self.validate(start, validate)
 
@@ -77,8 +82,8 @@ class RunLoop:
             raise ValueError(f"validation gave {len(accs)} accuracies for agents {list(self.agents)}")
         for agent, acc in zip(self.agents, accs, strict=True):
             self.validation.append(row := Validation.row(step, agent, acc, self.val_size))
-            if self.view is not None:
-                self.view.validation(row)
+            for view in self.views:
+                view.validation(row)
         self._validate_s += time.perf_counter() - t0
 
     def run(
@@ -90,19 +95,27 @@ class RunLoop:
         on_row: Callable[[dict], None] | None = None,
     ) -> None:
         """Steps ``start … steps − 1``: each step's row, the validation and checkpoint after it when due."""
-        for step in range(start, self.cfg.steps):
-            result = train_step(step)
-            row, done = result.row, step + 1
-            if self.due(done):
-                self.validate(done, validate)
-            row[Metric.VALIDATE_S], self._validate_s = self._validate_s, 0.0
-            self.updates.extend(result.updates)  # before the step's row: a metrics row implies its updates
-            self.metrics.append(row)
-            if self.view is not None:
-                self.view.metrics(row)
-            if on_row is not None:
-                on_row(row)
-            if self.cfg.checkpoint_due(done):
-                save_checkpoint(done)
-        if self.view is not None:
-            self.view.close()
+        try:
+            for step in range(start, self.cfg.steps):
+                result = train_step(step)
+                row, done = result.row, step + 1
+                if self.due(done):
+                    self.validate(done, validate)
+                row[Metric.VALIDATE_S], self._validate_s = self._validate_s, 0.0
+                self.updates.extend(result.updates)  # first: a metrics row implies its update rows
+                self.metrics.append(row)
+                for view in self.views:
+                    view.metrics(row)
+                if on_row is not None:
+                    on_row(row)
+                if self.cfg.checkpoint_due(done):
+                    save_checkpoint(done)
+        except BaseException:
+            self.close(failed=True)
+            raise
+        self.close()
+
+    def close(self, failed: bool = False) -> None:
+        """Flush and close the live views (a W&B run ends as failed when the loop raised)."""
+        for view in self.views:
+            view.close(failed=failed)

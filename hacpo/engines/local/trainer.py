@@ -694,5 +694,6 @@ def eval_mode(model):
 
 def train(cfg: TrainConfig) -> RunRecord:
     """Train (or resume) one run; returns its final ``run.json``."""
+    cfg.logging.check_environment()
     keep_freed_memory()
     return LocalTrainer(cfg).train()

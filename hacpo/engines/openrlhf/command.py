@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hacpo.config import TrainConfig
+from hacpo.engines.core.trackers import wandb_run_id
 
 from .options import OpenRLHFOptions
 
@@ -154,8 +155,38 @@ def build_command(
     if cfg.val_file and cfg.val_size and cfg.val_every:  # greedy pass@1 on the validation file
         args += _flag("eval.dataset", layout.validation) + _flag("eval.steps", cfg.val_every)
         args += _flag("eval.temperature", 0.0) + _flag("eval.n_samples_per_prompt", 1)
-    args += _flag("logger.wandb.run_name", f"{cfg.method}-{agent.name}-seed{cfg.seed}")
+    # OpenRLHF's own loggers: TensorBoard always (metrics.jsonl is converted from it), W&B when configured
+    args += _flag("logger.tensorboard_dir", layout.tensorboard)
+    args += _flag("logger.wandb.run_name", f"{cfg.method}-{agent.name}-seed{cfg.seed}")  # and TB's subfolder
+    if (wandb := cfg.logging.wandb) is not None:
+        # OpenRLHF turns W&B on when given a key and logs in only when wandb has none: WANDB_API_KEY (online)
+        # keeps the real one; offline needs none. Mode, folder and run id come by wandb_env.
+        args += _flag("logger.wandb.key", "from-WANDB_API_KEY") + _flag("logger.wandb.project", wandb.project)
+        if wandb.group:
+            args += _flag("logger.wandb.group", wandb.group)
+        if wandb.entity:
+            args += _flag("logger.wandb.org", wandb.entity)
     return [*program(opts, python), "openrlhf.cli.train_ppo_ray", *args, *opts.extra_args]
+
+
+def wandb_env(cfg: TrainConfig, layout: Layout, resume: bool) -> dict[str, str]:
+    """The environment OpenRLHF's W&B logger of a single-agent run needs (wandb reads these in the Ray
+    actor that logs): the mode, ``<run>/wandb`` as for the run loop's W&B, and one W&B run id over resumes
+    (a fresh start is a new W&B run; its earlier offline files go)."""
+    wandb = cfg.logging.wandb
+    if wandb is None:
+        return {}
+    run_dir = Path(layout.run_dir).resolve()
+    run_id = wandb_run_id(run_dir, resume=resume, drop_offline=not resume)
+    return {
+        "WANDB_MODE": wandb.mode,
+        "WANDB_DIR": str(run_dir),
+        "WANDB_RUN_ID": run_id,
+        "WANDB_RESUME": "allow",
+        "WANDB_CONSOLE": "off",
+        "WANDB_SILENT": "true",
+        "WANDB_DISABLE_GIT": "true",
+    }
 
 
 def module_and_args(argv: list[str]) -> tuple[str, list[str]]:
@@ -235,10 +266,7 @@ def joint_agent_args(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, k:
     args = _train_args(
         cfg, opts, agent, paths.prompts, paths.ckpt, paths.final, layout, rows, gpus, gspo=True
     )
-    args += _flag(
-        "logger.wandb.run_name", f"{cfg.method}-{'-'.join(a.name for a in cfg.agents)}-seed{cfg.seed}"
-    )
-    return args + list(opts.extra_args)
+    return args + list(opts.extra_args)  # no OpenRLHF loggers: the run loop writes TensorBoard and W&B
 
 
 def _train_args(
@@ -342,18 +370,7 @@ def _train_args(
     args += _flag("ckpt.save_steps", cfg.checkpoint_every or -1) + _flag("ckpt.max_num", cfg.keep_checkpoints)
     args += _flag("ckpt.save_hf") + _flag("ckpt.load_enable") + _flag("ckpt.best_metric_key", "none")
 
-    # logging: TensorBoard always (single-agent metrics.jsonl is converted from it), W&B when configured
-    args += _flag("logger.logging_steps", 1) + _flag("logger.tensorboard_dir", layout.tensorboard)
-    if opts.wandb is not None:
-        # OpenRLHF logs in only when no key is configured; the real key stays in WANDB_API_KEY
-        args += _flag("logger.wandb.key", "from-WANDB_API_KEY") + _flag(
-            "logger.wandb.project", opts.wandb.project
-        )
-        if opts.wandb.group:
-            args += _flag("logger.wandb.group", opts.wandb.group)
-        if opts.wandb.org:
-            args += _flag("logger.wandb.org", opts.wandb.org)
-
+    args += _flag("logger.logging_steps", 1)
     return args + _flag("reward.remote_url", reward_file())
 
 

@@ -25,6 +25,7 @@ SETUP_HOOK = "hacpo.engines.openrlhf.launch.setup_process"
 FORWARDED_ENV = (
     "PYTHONPATH", "HACPO_ROLLOUT_LOG", "HACPO_REWARD", "HACPO_REWARD_WORKERS", "HACPO_REWARD_TIMEOUT_S"
 )
+FORWARDED_PREFIXES = ("WANDB_",)  # the actor that logs to W&B: key, mode, folder, run id (logging.wandb)
 
 
 def prompts_in_file_order() -> None:
@@ -107,9 +108,9 @@ def job_runtime_env(own: dict | None, cpu: bool) -> dict:
         from .cpu import CPU_ENV
 
         env_vars.update({**CPU_ENV, CPU_FLAG_ENV: "1"})
-    for key in FORWARDED_ENV:
-        if key in os.environ:
-            env_vars.setdefault(key, os.environ[key])
+    for key, value in os.environ.items():
+        if key in FORWARDED_ENV or key.startswith(FORWARDED_PREFIXES):
+            env_vars.setdefault(key, value)
     return {**env, "env_vars": env_vars, "worker_process_setup_hook": SETUP_HOOK}
 
 

@@ -1,4 +1,4 @@
-"""What the OpenRLHF engine needs beside the run's maths: GPUs, engines, memory modes, logging (typed).
+"""What the OpenRLHF engine needs beside the run's maths: GPUs, engines, memory modes (typed).
 
 These are runtime choices: they never enter a run's identity (``TrainConfig.config_hash``). The defaults are
 the hybrid engine of ``../notes/openrlhf.md`` §1.8 (vLLM and DeepSpeed colocated on every GPU, each asleep
@@ -7,7 +7,6 @@ while the other works), which OpenRLHF's README calls its most stable mode.
 
 from __future__ import annotations
 
-import os
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -15,15 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class WandbOptions(_Strict):
-    """OpenRLHF's own Weights & Biases logging. The API key is read from ``WANDB_API_KEY`` (never a config
-    value, so it never lands in a run's config or a process list)."""
-
-    project: str = "hacpo"
-    group: str | None = None
-    org: str | None = None
 
 
 class VllmEvalOptions(_Strict):
@@ -68,13 +58,17 @@ class OpenRLHFOptions(_Strict):
     micro_rollout_batch_size: int = Field(8, ge=1)  # sequences per GPU per log-prob forward
     max_prompt_tokens: int = Field(1024, ge=1)  # the paper's 1,024 [paper]
     tensorboard: bool = True  # also the channel metrics.jsonl is read from: always written
-    wandb: WandbOptions | None = None
     extra_args: list[str] = []  # appended verbatim (checked by OpenRLHF's parser in CI, not here)
     eval: VllmEvalOptions = VllmEvalOptions()
 
     @model_validator(mode="before")
     @classmethod
     def _cpu_defaults(cls, data):
+        if isinstance(data, dict) and "wandb" in data:
+            raise ValueError(
+                "openrlhf.wandb moved to logging.wandb, one W&B setting for both engines: write "
+                "logging: {wandb: {project: ..., group: ..., entity: ..., mode: online|offline}}"
+            )
         if isinstance(data, dict) and data.get("cpu"):
             data = {**CPU_DEFAULTS, **data}
         return data
@@ -122,11 +116,4 @@ class OpenRLHFOptions(_Strict):
             raise ValueError(
                 "engine: openrlhf needs CUDA GPUs and torch sees none here: run it on a GPU node, or "
                 "rehearse on CPU with openrlhf: {cpu: true} (config/rehearsal.yaml, scripts/rehearse.sh)"
-            )
-
-    def check_environment(self) -> None:
-        """Problems a launch would only hit minutes later (Ray, vLLM and model loading come first)."""
-        if self.wandb is not None and not os.environ.get("WANDB_API_KEY"):
-            raise ValueError(
-                "openrlhf.wandb is set but WANDB_API_KEY is not: export it (or remove openrlhf.wandb)"
             )

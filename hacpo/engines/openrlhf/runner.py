@@ -33,7 +33,15 @@ from hacpo.runio import (
 )
 
 from . import logs
-from .command import Layout, build_command, gpu_fraction, joint_agent_args, program, prompt_order
+from .command import (
+    Layout,
+    build_command,
+    gpu_fraction,
+    joint_agent_args,
+    program,
+    prompt_order,
+    wandb_env,
+)
 from .gpumem import MemorySampler
 from .options import OpenRLHFOptions
 
@@ -272,7 +280,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
     (:mod:`.joint.driver`) over one OpenRLHF agent stack per model. ``launcher`` runs the command
     (default: a subprocess inside this job's own Ray cluster)."""
     cfg.check_paths()
-    opts.check_environment()
+    cfg.logging.check_environment()
     check_context(cfg, opts)
     if launcher is None:
         check_installed()
@@ -302,6 +310,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         if not joint:  # which prompts OpenRLHF trains, as its reward file sees them (check_trained_order)
             atomic_write_text(layout.rollouts, "")
             env["HACPO_ROLLOUT_LOG"] = str(layout.rollouts.resolve())
+            env.update(wandb_env(cfg, layout, resume=start > 0))  # OpenRLHF's own W&B logger
         on_tick = (lambda: None) if joint else (lambda: sync_logs(cfg, layout))  # joint: written live
         t0 = time.perf_counter()
         with MemorySampler() as memory:

@@ -140,8 +140,9 @@ def build(spec: dict):
 
 
 class HacpoController(BasePPOTrainer):
-    """OpenRLHF's ``BasePPOTrainer`` (its loggers and the first agent's groups) driving every agent's stack
-    through :class:`~.controller.JointLoop`; metrics also go to OpenRLHF's TensorBoard / W&B loggers."""
+    """OpenRLHF's ``BasePPOTrainer`` (the first agent's groups) driving every agent's stack
+    through :class:`~.controller.JointLoop`, whose run loop writes the logs, TensorBoard and W&B; the joint
+    command gives OpenRLHF's own loggers nothing to write to."""
 
     def __init__(self, spec: dict, parts: list[dict]):
         from openrlhf.utils.utils import get_tokenizer
@@ -167,30 +168,18 @@ class HacpoController(BasePPOTrainer):
             for p, tok in zip(parts, tokenizers, strict=True)
         ]  # fmt: skip
         self.cfg = TrainConfig.model_validate(spec["config"])
-        self.loop = JointLoop(self.cfg, stacks, Path(spec["state"]), on_row=self._log_row)
-
-    def _log_row(self, row: dict) -> None:
-        flat = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
-        self.save_logs_and_checkpoints(row["step"] + 1, {f"hacpo/{k}": v for k, v in flat.items()})
+        self.loop = JointLoop(self.cfg, stacks, Path(spec["state"]))
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
-        """OpenRLHF's loggers only: checkpoints are the loop's (every agent, then the controller state)."""
-        if self.wandb_logger:
-            self.wandb_logger.log_train(global_step, logs_dict or {})
-        if self.tensorboard_logger:
-            self.tensorboard_logger.log_train(global_step, logs_dict or {})
+        """Nothing: checkpoints are the loop's (every agent, then the controller state), and so are the logs
+        (TensorBoard and W&B from the run loop, the same tags as the local engine's)."""
 
     def fit(self, global_step: int = 0) -> int:
         start = read_state(self.loop.state_file)["step"]
-        try:
-            if start:  # the engines hold the initial weights: give them the resumed ones
-                for stack in self.loop.stacks:
-                    stack.sync()
-            return self.loop.run()
-        finally:  # as OpenRLHF's own fit ends: flush and close its TensorBoard / W&B loggers
-            for logger in (self.wandb_logger, self.tensorboard_logger):
-                if logger:
-                    logger.close()
+        if start:  # the engines hold the initial weights: give them the resumed ones
+            for stack in self.loop.stacks:
+                stack.sync()
+        return self.loop.run()
 
 
 def openrlhf_worker_env() -> dict[str, str]:
