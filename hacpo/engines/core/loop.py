@@ -73,7 +73,11 @@ class RunLoop:
         for view in self.views:  # the curves: exactly the rows the logs keep, each step once
             view.rebuild(kept_metrics, kept_validation)
         if again:
-            self.validate(start, validate)
+            try:
+                self.validate(start, validate)
+            except BaseException:
+                self.close(failed=True)  # no W&B run left open behind a failed start
+                raise
 
     def validate(self, step: int, validate: Validate) -> None:
         t0 = time.perf_counter()
