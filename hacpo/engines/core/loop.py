@@ -69,9 +69,10 @@ class RunLoop:
         again = self.due(start) and (start == 0 or validated != set(self.agents))
         if again:
             self.validation.truncate_to(start)
-        kept_metrics, kept_validation = self.metrics.read(), self.validation.read()
-        for view in self.views:  # the curves: exactly the rows the logs keep, each step once
-            view.rebuild(kept_metrics, kept_validation)
+        if self.views:  # the curves: exactly the rows the logs keep, each step once
+            kept_metrics, kept_validation = self.metrics.read(), self.validation.read()
+            for view in self.views:
+                view.rebuild(kept_metrics, kept_validation)
         if again:
             try:
                 self.validate(start, validate)
