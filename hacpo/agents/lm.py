@@ -9,11 +9,13 @@ real tokens); responses are right-padded after EOS.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
 
 from hacpo.agents.decode import cache_kwarg, decoder_for
+from hacpo.agents.vocab import OutputHead, head_for
 
 
 @dataclass
@@ -53,7 +55,7 @@ def generate(
     prompt_ids: torch.Tensor,
     max_new_tokens: int,
     *,
-    eos_id: int,
+    eos_id: int | Collection[int],
     pad_id: int,
     prompt_mask: torch.Tensor | None = None,
     temperature: float = 1.0,
@@ -62,7 +64,9 @@ def generate(
     generator: torch.Generator | None = None,
     prompt_index: torch.Tensor | None = None,
 ) -> Generation:
-    """Sample (or greedy-decode) up to ``max_new_tokens`` per row; stops early once every row hit EOS.
+    """Sample (or greedy-decode) up to ``max_new_tokens`` per row; a row ends at its first stop id
+    (``eos_id``: one id, or every id that ends this model's generations: :func:`stop_token_ids`), and the
+    loop once every row has ended.
 
     With ``prompt_index`` ``[B]``, ``prompt_ids``/``prompt_mask`` hold each *distinct* prompt once
     (``[P, Tp]``): the prompts are encoded once and their KV cache is expanded to the B rows (a group's G
@@ -85,6 +89,7 @@ def generate(
     tokens = torch.full((b, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
     alive = torch.ones(b, dtype=torch.bool, device=device)
+    stops = _stop_tensor(eos_id, device)
     length = 0
     for t in range(max_new_tokens):
         logits = logits.float()
@@ -101,12 +106,12 @@ def generate(
         tokens[:, t] = torch.where(alive, tok, torch.full_like(tok, pad_id))
         logps[:, t] = torch.where(alive, lp, torch.zeros_like(lp))
         length = t + 1
-        alive = alive & (tok != eos_id)
+        alive = alive & ~torch.isin(tok, stops)
         if not bool(alive.any()) or t == max_new_tokens - 1:
             break
         logits = decoder.step(tok, pos + t)
     tokens, logps = tokens[:, :length], logps[:, :length]
-    mask = response_mask(tokens, eos_id)
+    mask = response_mask(tokens, stops)
     return Generation(tokens=tokens, logp=logps * mask, mask=mask)
 
 
@@ -130,9 +135,18 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
 
 
-def response_mask(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """True up to and including the first EOS of each row."""
-    is_eos = (tokens == eos_id).long()
+def _stop_tensor(stops: int | Collection[int] | torch.Tensor, device) -> torch.Tensor:
+    if isinstance(stops, torch.Tensor):
+        return stops.to(device)
+    ids = [stops] if isinstance(stops, int) else sorted(stops)
+    if not ids:
+        raise ValueError("no stop id: a model needs at least one id that ends its generations")
+    return torch.tensor(ids, dtype=torch.long, device=device)
+
+
+def response_mask(tokens: torch.Tensor, eos_id: int | Collection[int] | torch.Tensor) -> torch.Tensor:
+    """True up to and including the first stop id (``eos_id``: one or several) of each row."""
+    is_eos = torch.isin(tokens, _stop_tensor(eos_id, tokens.device)).long()
     before = is_eos.cumsum(-1) - is_eos  # EOS count strictly before each position
     return before == 0
 
@@ -153,40 +167,63 @@ def token_logprobs(
         pos = _positions(attention_mask)
     else:
         attention_mask = None
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).logits
-    logits = logits[:, response_start - 1 : -1, :].float()
-    targets = input_ids[:, response_start:]
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+    head = head_for(model, input_ids.numel())
+    tail = _forward(model, head, input_ids=input_ids, attention_mask=attention_mask, position_ids=pos)
+    return _logprobs(tail[:, response_start - 1 : -1], head, input_ids[:, response_start:])
+
+
+def _forward(model, head: OutputHead | None, keep: int | None = None, cache=None, **kwargs) -> torch.Tensor:
+    """The model's logits at the last ``keep`` positions (all when None), or with a ``head``
+    (:func:`~hacpo.agents.vocab.head_for`) the backbone's hidden states there, for ``head`` to project."""
+    module = model if head is None else head.backbone
+    if cache is not None:
+        kwargs[cache_kwarg(module)] = cache
+    if head is None:
+        return model(**kwargs, **({} if keep is None else {"logits_to_keep": keep})).logits
+    hidden = module(**kwargs).last_hidden_state
+    return hidden if keep is None else hidden[:, -keep:]
+
+
+def _logprobs(tail: torch.Tensor, head: OutputHead | None, targets: torch.Tensor) -> torch.Tensor:
+    """Log-probs (float32) of ``targets`` ``[..., T]`` from logits ``tail`` ``[..., T, V]``, or from hidden
+    states ``[..., T, H]`` through ``head`` in slices (never a full-vocabulary tensor for the batch)."""
+    if head is not None:
+        return head.token_logprobs(tail, targets)
+    return torch.log_softmax(tail.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
 @dataclass
 class EncodedPrompts:
     """Distinct prompts run through the model once (:func:`encode_prompts`), reusable for any rows.
 
-    ``keys``/``values`` hold each layer's KV cache ``[P, heads, Tp, head_dim]``; ``tail_logits``
-    ``[P, k, V]`` are the logits at the last k positions, the last of which (``first_logits``) predicts each
-    prompt's first response token. Built with grad, the tensors carry it to every use.
+    ``keys``/``values`` hold each layer's KV cache ``[P, heads, Tp, head_dim]``; ``tail`` ``[P, k, ·]`` holds
+    the last k positions, the last of which (``first_logits``) predicts each prompt's first response token:
+    logits ``[P, k, V]``, or with a ``head`` the hidden states ``[P, k, H]`` it projects (a big vocabulary:
+    :mod:`hacpo.agents.vocab`). Built with grad, the tensors carry it to every use.
     """
 
-    tail_logits: torch.Tensor
+    tail: torch.Tensor
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     mask: torch.Tensor | None  # [P, Tp] bool when some prompt is left-padded, else None
     length: int  # Tp
+    head: OutputHead | None = None
 
     def detach(self) -> EncodedPrompts:
         """The same encoding cut from the graph: for no-grad passes that must not rerun the prompts."""
         return EncodedPrompts(
-            self.tail_logits.detach(),
+            self.tail.detach(),
             [k.detach() for k in self.keys],
             [v.detach() for v in self.values],
             self.mask,
             self.length,
+            self.head,
         )
 
     @property
     def first_logits(self) -> torch.Tensor:
-        return self.tail_logits[:, -1, :]
+        last = self.tail[:, -1, :]
+        return last if self.head is None else self.head.logits(last)
 
     def response_positions(self, rows: torch.Tensor, width: int) -> torch.Tensor:
         """Position ids ``[R, width]`` of response tokens after the prompt of each of ``rows``."""
@@ -206,28 +243,36 @@ class EncodedPrompts:
 
 
 def encode_prompts(
-    model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor | None = None, keep_logits: int = 1
+    model,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor | None = None,
+    keep_logits: int = 1,
+    head: OutputHead | None = None,
 ) -> EncodedPrompts:
     """Run left-padded prompts ``[P, Tp]`` once; ``prompt_mask`` marks real tokens (None: no padding).
-    The logits of the last ``keep_logits`` positions are kept (the others are never computed)."""
+    The last ``keep_logits`` positions are kept (the others' logits are never computed): as logits, or as
+    hidden states for ``head`` to project."""
     from transformers import DynamicCache
 
     padded = prompt_mask is not None and not bool(prompt_mask.all())
     cache = DynamicCache()
-    out = model(
+    tail = _forward(
+        model,
+        head,
+        keep_logits,
         input_ids=prompt_ids,
         attention_mask=prompt_mask.long() if padded else None,
         position_ids=_positions(prompt_mask) if padded else None,
         use_cache=True,
-        logits_to_keep=keep_logits,
-        **{cache_kwarg(model): cache},
+        cache=cache,
     )
     return EncodedPrompts(
-        tail_logits=out.logits,
+        tail=tail,
         keys=[layer.keys for layer in cache.layers],
         values=[layer.values for layer in cache.layers],
         mask=prompt_mask if padded else None,
         length=prompt_ids.shape[1],
+        head=head,
     )
 
 
@@ -240,15 +285,14 @@ def response_logprobs(
     if prompts.mask is not None:
         ones = torch.ones_like(response, dtype=torch.bool)
         attn = torch.cat([prompts.mask[prompt_index], ones], dim=1).long()
-    cache = {cache_kwarg(model): prompts.cache_for(prompt_index)}
-    rest = model(input_ids=response, attention_mask=attn, position_ids=pos, use_cache=True, **cache).logits
-    return _gather_logprobs(prompts.first_logits[prompt_index], rest, response)
-
-
-def _gather_logprobs(first: torch.Tensor, rest: torch.Tensor, response: torch.Tensor) -> torch.Tensor:
-    """Log-probs of ``response`` from the logits before its first token and after each of its tokens."""
-    logits = torch.cat([first[:, None, :], rest[:, :-1, :]], dim=1).float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, response[..., None]).squeeze(-1)
+    cache = prompts.cache_for(prompt_index)
+    rest = _forward(
+        model, prompts.head, input_ids=response, attention_mask=attn, position_ids=pos, use_cache=True,
+        cache=cache,
+    )  # fmt: skip
+    # the position before each response token: the prompt's last, then the response's own
+    before = torch.cat([prompts.tail[prompt_index, -1:], rest[:, :-1]], dim=1)
+    return _logprobs(before, prompts.head, response)
 
 
 def _group_by_prefix(
@@ -324,15 +368,16 @@ class SharedPrefixes:
         if prompt_mask is None:
             prompt_mask = torch.ones_like(prompt_ids, dtype=torch.bool)
         ext = self._extended_prompts(prompt_ids[prompts], prompt_mask[prompts], response[rep], c_max)
-        self.encoded = encode_prompts(model, *ext, keep_logits=c_max + 1)
+        self.suffix_width = max(1, int((lengths - self.shared[self.row_group]).max()))
+        # a big vocabulary: project hidden states in slices (hacpo.agents.vocab), not whole-batch logits
+        head = head_for(model, max(len(rep) * (c_max + 1), rows * self.suffix_width))
+        self.encoded = encode_prompts(model, *ext, keep_logits=c_max + 1, head=head)
         # log-probs of each group's shared tokens: token j is predicted by tail position c_max - c_g + j
         steps = torch.arange(c_max, device=dev)
         at = ((c_max - self.shared)[:, None] + steps).clamp(max=c_max)
-        tail = self.encoded.tail_logits.float()
+        tail = self.encoded.tail
         pick = tail.gather(1, at[..., None].expand(-1, -1, tail.shape[-1]))
-        heads = response[rep, :c_max]
-        self.prefix_logp = torch.log_softmax(pick, dim=-1).gather(-1, heads[..., None]).squeeze(-1)
-        self.suffix_width = max(1, int((lengths - self.shared[self.row_group]).max()))
+        self.prefix_logp = _logprobs(pick, head, response[rep, :c_max])
 
     def _extended_prompts(self, prompt_ids, prompt_mask, heads, c_max):
         """Each group's prompt followed by its shared response prefix, left-padded to a common length."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from hacpo.agents.lm import generate, left_pad, rows_per_batch
-from hacpo.agents.retokenize import response_text
+from hacpo.agents.retokenize import response_text, stop_token_ids
 from hacpo.data.synthetic import Problem, user_message
 from hacpo.reward import extract_boxed
 
@@ -59,6 +59,7 @@ def greedy_responses(
     model.eval()
     device = next(model.parameters()).device
     prompts = [prompt_ids(tokenizer, p, style) for p in problems]
+    stops = stop_token_ids(tokenizer, model)
     longest = max((len(x) for x in prompts), default=0)
     batch_size = rows_per_batch(batch_tokens, longest + max_new_tokens, batch_size)
     order = sorted(range(len(problems)), key=lambda i: len(prompts[i]))  # similar lengths → little padding
@@ -71,13 +72,13 @@ def greedy_responses(
                 model,
                 ids.to(device),
                 max_new_tokens,
-                eos_id=tokenizer.eos_token_id,
+                eos_id=stops,
                 pad_id=tokenizer.pad_token_id,
                 prompt_mask=mask.to(device),
                 greedy=True,
             )
             for row, i in zip(gen.tokens.cpu(), idx, strict=True):
-                out[i] = response_text(tokenizer, row)
+                out[i] = response_text(tokenizer, row, stops=stops)
     finally:
         model.train(was_training)
     return out

@@ -50,17 +50,23 @@ def _first_stop(ids: list[int], stops: int | Collection[int]) -> int | None:
     return next((i for i, t in enumerate(ids) if t in stops), None)
 
 
-def stop_token_ids(tok, model_dir=None) -> frozenset[int]:
-    """Every id that ends a generation of this model: the tokenizer's EOS and, when ``model_dir`` has a
-    ``generation_config.json``, each of its ``eos_token_id`` (an int or a list)."""
+def stop_token_ids(tok, model=None) -> frozenset[int]:
+    """Every id that ends a generation of this model: the tokenizer's EOS and each ``eos_token_id`` (an int
+    or a list) of the model's generation config. ``model``: a model directory (its
+    ``generation_config.json``, as vLLM reads it) or a loaded model (its ``generation_config``). Imported
+    models list there the end-of-turn of their prompt format too (:mod:`hacpo.agents.sources`)."""
     import json
     from pathlib import Path
 
     ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-    config = Path(model_dir) / "generation_config.json" if model_dir else None
-    if config is not None and config.is_file():
-        eos = json.loads(config.read_text()).get("eos_token_id")
-        ids |= {eos} if isinstance(eos, int) else set(eos or ())
+    eos = None
+    if isinstance(model, str | Path):
+        config = Path(model) / "generation_config.json"
+        if config.is_file():
+            eos = json.loads(config.read_text()).get("eos_token_id")
+    elif model is not None and getattr(model, "generation_config", None) is not None:
+        eos = model.generation_config.eos_token_id
+    ids |= {eos} if isinstance(eos, int) else set(eos or ())
     return frozenset(ids)
 
 
@@ -81,17 +87,21 @@ def source_token_count(
     return len(ids)
 
 
-def source_logp_mask(tokens: torch.Tensor, eos_id: int, cross_eos: str = "strip") -> torch.Tensor:
+def source_logp_mask(
+    tokens: torch.Tensor, eos_id: int | Collection[int], cross_eos: str = "strip"
+) -> torch.Tensor:
     """Bool mask ``[B, T]`` of generated tokens that enter the source's mean log-prob for cross rows.
 
     Source mean log-prob for row b: ``(logp * m).sum(-1) / m.sum(-1).clamp(min=1)`` with ``m`` this mask and
     ``logp`` the generator's per-token log-probs (``Generation.logp`` or a trainer forward). ``strip``
-    excludes the EOS (the generation mask includes it); ``keep_text`` keeps it.
+    excludes the EOS (the generation mask includes it); ``keep_text`` keeps it. ``eos_id``: one id or every
+    stop id of the generating model (:func:`stop_token_ids`).
     """
     _check_mode(cross_eos)
-    mask = response_mask(tokens, eos_id)
+    stops = torch.tensor(sorted({eos_id} if isinstance(eos_id, int) else set(eos_id)), device=tokens.device)
+    mask = response_mask(tokens, stops)
     if cross_eos == "strip":
-        mask = mask & (tokens != eos_id)
+        mask = mask & ~torch.isin(tokens, stops)
     return mask
 
 

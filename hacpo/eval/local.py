@@ -6,7 +6,7 @@ import torch
 
 from hacpo.agents.lm import generate, left_pad, rows_per_batch
 from hacpo.agents.prompting import prompt_ids
-from hacpo.agents.retokenize import response_text
+from hacpo.agents.retokenize import response_text, stop_token_ids
 from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 
@@ -37,8 +37,8 @@ class LocalGenerator:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32  # weights and KV cache, as vLLM
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.batch_tokens = batch_tokens  # KV-cache budget per generation batch (None: 256 problems)
-        self.eos = self.tok.eos_token_id
-        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.eos
+        self.stops = stop_token_ids(self.tok, self.model)  # as vLLM: every eos id of the generation config
+        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else min(self.stops)
 
     @torch.no_grad()
     def generate(self, problems: list[dict], sampling, batch_size: int = 256) -> list[list[str]]:
@@ -57,7 +57,7 @@ class LocalGenerator:
                 self.model,
                 ids.to(self.device),
                 sampling.max_new_tokens,
-                eos_id=self.eos,
+                eos_id=self.stops,
                 pad_id=self.pad,
                 prompt_mask=mask.to(self.device),
                 temperature=sampling.temperature,
@@ -66,6 +66,6 @@ class LocalGenerator:
                 generator=gen,
                 prompt_index=rows,  # the k samples of a problem share one prefill
             )
-            texts = [response_text(self.tok, row) for row in res.tokens.cpu()]
+            texts = [response_text(self.tok, row, stops=self.stops) for row in res.tokens.cpu()]
             out.extend(texts[i : i + sampling.k] for i in range(0, len(texts), sampling.k))
         return out

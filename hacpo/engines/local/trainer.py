@@ -35,7 +35,13 @@ from hacpo.agents.lm import (
     token_logprobs_shared_prompt,
 )
 from hacpo.agents.prompting import greedy_accuracy, prompt_ids
-from hacpo.agents.retokenize import response_text, retokenize, same_tokenizer, source_logp_mask
+from hacpo.agents.retokenize import (
+    response_text,
+    retokenize,
+    same_tokenizer,
+    source_logp_mask,
+    stop_token_ids,
+)
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
@@ -97,7 +103,7 @@ class Agent:
     tok: object
     opt: torch.optim.Optimizer
     gen: torch.Generator
-    eos_id: int
+    stop_ids: frozenset[int]  # every id that ends this model's generations (EOS list, end of turn)
     pad_id: int
     prompt_cache: dict = field(default_factory=dict)
 
@@ -138,11 +144,11 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> A
         model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True
     )
     gen = torch.Generator(device=device).manual_seed(cfg.seed * 1000 + index)
-    eos = tok.eos_token_id
-    pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-    if eos is None:
-        raise ValueError(f"agent {ref.name!r}: tokenizer at {ref.path} has no eos_token")
-    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, eos, pad)
+    stops = stop_token_ids(tok, model)
+    if not stops:
+        raise ValueError(f"agent {ref.name!r}: {ref.path} has no stop id (no eos_token or generation_config)")
+    pad = tok.pad_token_id if tok.pad_token_id is not None else min(stops)
+    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, stops, pad)
 
 
 # ---------------------------------------------------------------------------------------------- rollouts
@@ -338,7 +344,7 @@ class LocalTrainer:
                 agent.model,
                 p_ids,
                 cfg.max_new_tokens,
-                eos_id=agent.eos_id,
+                eos_id=agent.stop_ids,
                 pad_id=agent.pad_id,
                 prompt_mask=p_mask,
                 temperature=cfg.temperature,
@@ -351,11 +357,12 @@ class LocalTrainer:
 
         with self.phase("score"):
             tokens = out.tokens.cpu()
-            reward_texts = [response_text(agent.tok, row) for row in tokens]  # the reward never sees an EOS
+            stops = agent.stop_ids  # the reward never sees a stop id
+            reward_texts = [response_text(agent.tok, row, stops=stops) for row in tokens]
             texts = (
                 reward_texts
                 if cfg.cross_eos == "strip"
-                else [response_text(agent.tok, row, cfg.cross_eos) for row in tokens]
+                else [response_text(agent.tok, row, cfg.cross_eos, stops=stops) for row in tokens]
             )
             golds = [problems[i]["answer"] for i in index.tolist()]
             rewards = torch.tensor(self.scorer.score(reward_texts, golds), dtype=torch.float32)
@@ -372,7 +379,7 @@ class LocalTrainer:
                 if agent.ref is not None:
                     ref_logp = token_logprobs_shared_prompt(agent.ref, *rollout, max_tokens=budget) * out.mask
             # The shared text drops the terminal EOS (cross_eos: strip): the generator's mean excludes it too.
-            shared_mask = source_logp_mask(out.tokens, agent.eos_id, cfg.cross_eos)
+            shared_mask = source_logp_mask(out.tokens, agent.stop_ids, cfg.cross_eos)
         return Rollouts(
             prompt_index=index,
             tokens=out.tokens,

@@ -1,0 +1,141 @@
+"""The chosen tokens' log-probs without full-vocabulary logits for a whole batch.
+
+A causal LM's forward ends in ``logits = lm_head(hidden)``: ``[rows, tokens, V]``. With a real vocabulary
+(Gemma-3: V = 262,144; Qwen3: 151,936) that tensor, its ``log_softmax`` copy and its gradient are the largest
+activations of an RL step: 16 rows × 100 tokens × 262,144 × 4 B = 1.7 GB each, for 1,600 numbers the loss
+reads. :class:`OutputHead` applies the model's own vocabulary projection to the backbone's hidden states in
+slices of rows (:func:`chunk_rows`), keeps one log-prob per row, and recomputes a slice's logits in the
+backward pass (the fused linear + cross-entropy of Liger-Kernel and Apple's Cut Cross-Entropy, in plain
+torch). Peak memory is one slice's logits, whatever V and the batch.
+
+Values equal ``log_softmax(model(...).logits).gather(target)`` row by row; gradients equal autograd's to
+float rounding (the slices' weight gradients are summed). Only heads whose maths is known are rebuilt
+(:meth:`OutputHead.of`); any other model keeps the full forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+# Logits (floats) one slice may hold: 16 M = 64 MB in fp32; 64 rows of Gemma-3's 262,144, every row of a toy
+# model. A pass whose logits fit in one slice runs the model's own forward (:func:`head_for`).
+LOGITS_BUDGET = 1 << 24
+
+# Architectures whose causal-LM forward is exactly ``lm_head(hidden)`` (no bias), optionally followed by
+# ``cap · tanh(logits / cap)`` with ``config.final_logit_softcapping``; tests/test_vocab.py holds each
+# to the model's own logits.
+HEADS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text")
+
+
+def chunk_rows(vocab: int, budget: int) -> int:
+    """Rows per slice so that one slice's logits ``[rows, vocab]`` hold at most ``budget`` floats."""
+    return max(1, budget // max(1, vocab))
+
+
+@dataclass(frozen=True)
+class OutputHead:
+    """A model's vocabulary projection, applied by hand to hidden states ``[..., H]``."""
+
+    backbone: torch.nn.Module  # the decoder stack: input ids → last hidden states
+    weight: torch.Tensor  # [V, H], the model's own parameter (tied embeddings included)
+    softcap: float | None
+    budget: int  # floats of logits per slice
+
+    @staticmethod
+    def of(model, budget: int | None = None) -> OutputHead | None:
+        """The head of a supported architecture (:data:`HEADS`), else None."""
+        cfg = getattr(model, "config", None)
+        lm_head = getattr(model, "lm_head", None)
+        if cfg is None or cfg.model_type not in HEADS or not hasattr(model, "model"):
+            return None
+        if not isinstance(lm_head, torch.nn.Linear) or lm_head.bias is not None:
+            return None
+        softcap = getattr(cfg, "final_logit_softcapping", None)
+        return OutputHead(model.model, lm_head.weight, softcap, LOGITS_BUDGET if budget is None else budget)
+
+    @property
+    def vocab(self) -> int:
+        return self.weight.shape[0]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Full logits of a few positions (e.g. the one that starts generation), as the model makes them."""
+        z = F.linear(hidden, self.weight)
+        if self.softcap is not None:
+            z = torch.tanh(z / self.softcap) * self.softcap
+        return z
+
+    def token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """``log_softmax(logits(hidden)).gather(targets)`` in float32 (hidden ``[..., H]``)."""
+        dev = hidden.device.type
+        dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else self.weight.dtype
+        flat = _TokenLogprobs.apply(
+            hidden.reshape(-1, hidden.shape[-1]),
+            self.weight,
+            targets.reshape(-1),
+            self.softcap,
+            chunk_rows(self.vocab, self.budget),
+            dtype,
+        )
+        return flat.view(targets.shape)
+
+
+def head_for(model, tokens: int) -> OutputHead | None:
+    """The head to apply by hand when a pass over ``tokens`` positions would make more than
+    :data:`LOGITS_BUDGET` logits; None (run the model's own forward) when they fit, or when the architecture
+    is not in :data:`HEADS`."""
+    head = OutputHead.of(model)
+    if head is None or tokens * head.vocab <= head.budget:
+        return None
+    return head
+
+
+class _TokenLogprobs(torch.autograd.Function):
+    """Log-probs of ``targets`` under ``softcap(h W^T)``, a slice of rows at a time (module docstring).
+
+    Runs with autocast off and casts by hand to ``dtype`` (the autocast dtype, or the weights'), so the
+    matmuls round as the model's own ``lm_head`` would under the same autocast; W is cast once per pass,
+    not per slice. Saves only ``hidden``, the weight and the targets for the backward.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, softcap, rows, dtype):
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(dtype)
+            out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+            for s in range(0, hidden.shape[0], rows):
+                z = _capped(F.linear(hidden[s : s + rows].to(dtype), w).float(), softcap)
+                out[s : s + rows] = torch.log_softmax(z, dim=-1).gather(-1, targets[s : s + rows, None])[:, 0]
+        ctx.save_for_backward(hidden, weight, targets)
+        ctx.softcap, ctx.rows, ctx.dtype = softcap, rows, dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        hidden, weight, targets = ctx.saved_tensors
+        softcap, rows, dtype = ctx.softcap, ctx.rows, ctx.dtype
+        grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        with torch.autocast(hidden.device.type, enabled=False):
+            w = weight.to(dtype)
+            for s in range(0, hidden.shape[0], rows):
+                h = hidden[s : s + rows].to(dtype)
+                g, t = grad[s : s + rows, None], targets[s : s + rows, None]
+                z = _capped(F.linear(h, w).float(), softcap)
+                # d logp[t] / dz = onehot(t) − softmax(z), as autograd's log_softmax backward computes it
+                dz = -(torch.log_softmax(z, dim=-1).exp() * g)
+                dz.scatter_add_(-1, t, g)
+                if softcap is not None:  # d/dx cap·tanh(x / cap) = 1 − tanh² = 1 − (z / cap)²
+                    dz = dz * (1 - (z / softcap) ** 2)
+                dz = dz.to(dtype)
+                if grad_h is not None:
+                    grad_h[s : s + rows] = (dz @ w).to(hidden.dtype)
+                if grad_w is not None:
+                    grad_w += (dz.t() @ h).float()
+        return grad_h, (grad_w.to(weight.dtype) if grad_w is not None else None), None, None, None, None
+
+
+def _capped(z: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    return z if softcap is None else torch.tanh(z / softcap) * softcap

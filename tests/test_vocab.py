@@ -1,0 +1,119 @@
+"""Chosen-token log-probs in vocabulary slices (hacpo.agents.vocab) against the model's own full logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from hacpo.agents import vocab
+from hacpo.agents.lm import SharedPrefixes, token_logprobs, token_logprobs_shared_prompt
+from hacpo.agents.vocab import OutputHead, head_for
+
+V = 300  # a vocabulary that a small budget cuts into many slices
+
+
+def _model(kind: str):
+    torch.manual_seed(0)
+    common = dict(
+        vocab_size=V, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, max_position_embeddings=64, tie_word_embeddings=True,
+    )  # fmt: skip
+    if kind == "llama":
+        return LlamaForCausalLM(LlamaConfig(**common))
+    if kind == "qwen3":
+        return Qwen3ForCausalLM(Qwen3Config(head_dim=8, **common))
+    # Gemma-3: sliding-window and global layers, tied embeddings; "gemma3_cap" adds a final logit soft-cap
+    cap = 3.0 if kind == "gemma3_cap" else None
+    layers = ["sliding_attention", "full_attention"]
+    cfg = Gemma3TextConfig(head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
+                           final_logit_softcapping=cap,
+                           layer_types=layers, **common)  # fmt: skip
+    return Gemma3ForCausalLM(cfg)
+
+
+def _full(model, ids, start):
+    logits = model(input_ids=ids).logits[:, start - 1 : -1].float()
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, start:, None])[..., 0]
+
+
+def _grads(model, loss):
+    model.zero_grad()
+    loss.backward()
+    return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "gemma3", "gemma3_cap"])
+def test_sliced_head_equals_the_models_logits_values_and_gradients(kind, monkeypatch):
+    model = _model(kind).eval()
+    ids = torch.randint(0, V, (3, 9))
+    weights = torch.rand(3, 5)  # a loss that weighs each token differently
+    ref = _full(model, ids, 4)
+    ref_grads = _grads(model, (ref * weights).sum())
+    monkeypatch.setattr(vocab, "LOGITS_BUDGET", 2 * V)  # 2 rows a slice: 8 slices for 15 tokens
+    head = head_for(model, ids.numel())
+    assert head is not None and vocab.chunk_rows(head.vocab, head.budget) == 2
+    got = token_logprobs(model, ids, 4)
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
+    for name, g in _grads(model, (got * weights).sum()).items():
+        torch.testing.assert_close(g, ref_grads[name], atol=1e-5, rtol=1e-4)  # summed in other orders
+
+
+def test_small_passes_keep_the_models_own_forward_and_unknown_heads_are_left_alone():
+    model = _model("llama")
+    assert head_for(model, vocab.LOGITS_BUDGET // V) is None  # fits: the model's own forward, bit for bit
+    assert head_for(model, vocab.LOGITS_BUDGET // V + 1) is not None
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=V))
+    assert OutputHead.of(gpt2) is None  # not in HEADS: full logits, never a guessed head
+
+
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_shared_prefix_passes_in_slices_equal_the_full_vocabulary_passes(kind, monkeypatch):
+    """SharedPrefixes (the update, with grad) and the chunked no-grad pass (π_old, reference, cross rows)."""
+    model = _model(kind).eval()
+    torch.manual_seed(1)
+    prompts = torch.randint(0, V, (2, 5))
+    p_mask = torch.ones_like(prompts, dtype=torch.bool)
+    p_mask[1, :2] = False
+    index = torch.tensor([0, 0, 1, 1, 1])
+    resp = torch.randint(0, V, (5, 6))
+    resp[1, :3] = resp[0, :3]  # a shared response prefix
+    r_mask = torch.ones_like(resp, dtype=torch.bool)
+    r_mask[2, 4:] = False
+
+    def run():
+        shared = SharedPrefixes(model, prompts, index, resp, r_mask, p_mask)
+        lp = shared.logprobs() * r_mask
+        grads = _grads(model, lp.sum())
+        with torch.no_grad():
+            nograd = token_logprobs_shared_prompt(model, prompts, index, resp, p_mask, r_mask, max_tokens=12)
+        return lp.detach(), grads, nograd * r_mask, shared.encoded.head
+
+    ref, ref_grads, ref_nograd, head = run()
+    assert head is None
+    monkeypatch.setattr(vocab, "LOGITS_BUDGET", 3 * V)
+    got, grads, nograd, head = run()
+    assert head is not None
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
+    torch.testing.assert_close(nograd, ref_nograd, atol=1e-6, rtol=0)
+    for name, g in grads.items():
+        torch.testing.assert_close(g, ref_grads[name], atol=1e-5, rtol=1e-4)  # summed in other orders
+
+
+def test_bf16_autocast_rounds_as_the_models_own_head(monkeypatch):
+    model = _model("llama").eval()
+    ids = torch.randint(0, V, (2, 8))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = _full(model, ids, 3)
+        monkeypatch.setattr(vocab, "LOGITS_BUDGET", 4 * V)
+        got = token_logprobs(model, ids, 3)
+    torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
