@@ -72,6 +72,24 @@ def cmd_build_agent(args) -> int:
     return 0
 
 
+def cmd_import_model(args) -> int:
+    """A model source (GGUF file or package, HF directory, pinned Hub repo) → an HF directory (cached)."""
+    from hacpo.agents.sources import import_model
+    from hacpo.runio import json_arg
+
+    if (args.spec is None) == (args.source is None):
+        raise ValueError("give --source (with --prompt-format) or --spec (the import rule's), not both")
+    if args.spec is not None:
+        spec = json_arg(args.spec)
+        manifest = import_model(spec["source"], spec["prompt_format"], args.out)
+    else:
+        manifest = import_model(json_arg(args.source, "--source"), args.prompt_format, args.out)
+    keep = ("architecture", "parameters", "vocab_size", "prompt_format", "stop_tokens", "cache_hit")
+    keep += ("seconds",)
+    print(json.dumps({"path": args.out, **{k: manifest[k] for k in keep}}, indent=2))
+    return 0
+
+
 def _runtime_options(text: str | None) -> dict:
     """``hacpo train --runtime JSON``: runtime options only (the workflow passes them apart from the spec)."""
     from hacpo.config import RUNTIME_OPTIONS
@@ -230,6 +248,22 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--threads", type=int, default=1)
     b.add_argument("--device", default="cpu", help="cpu (default; bitwise reproducible) or cuda")
     b.set_defaults(func=cmd_build_agent)
+
+    i = sub.add_parser(
+        "import-model", help="import a pretrained model (GGUF, package, HF dir, Hub) into an HF directory"
+    )
+    i.add_argument("--spec", help='the workflow\'s: JSON (or @file) {"source": …, "prompt_format": …}')
+    i.add_argument(
+        "--source",
+        help='JSON (or @file): {"gguf": PATH}, {"package": NAME, "file": FILE}, {"package": NAME}, '
+        '{"hf_dir": PATH} or {"hub": ID, "revision": SHA}',
+    )  # fmt: skip
+    i.add_argument(
+        "--prompt-format", default=None,
+        help="chat (the model's own template; default) | gemma_turn | completion | few_shot",
+    )  # fmt: skip
+    i.add_argument("--out", required=True, help="the model directory to write")
+    i.set_defaults(func=cmd_import_model)
 
     t = sub.add_parser("train", help="train one run (resumes from its last checkpoint)")
     t.add_argument("config", help="YAML/JSON run config file, or inline JSON (see hacpo.config.TrainConfig)")

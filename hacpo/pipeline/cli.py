@@ -40,6 +40,12 @@ def write_dataset(args) -> int:
             prompt_style="paper",
         )
         entry = {"kind": "registry", **entry}
+        if spec.get("limit"):  # the first N records, after the full file's count was checked
+            from hacpo.data.synthetic import read_jsonl, write_jsonl
+
+            rows = read_jsonl(args.out)[: spec["limit"]]
+            write_jsonl(args.out, rows)
+            entry.update(limit=spec["limit"], count=len(rows))
     name = args.name or Path(args.out).name.removesuffix(".gz").removesuffix(".jsonl")
     entry = {"name": name, **entry, "file": args.out, "sha256": sha256_file(args.out)}
     atomic_write_json(args.manifest, entry)

