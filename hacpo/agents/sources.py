@@ -164,13 +164,13 @@ def _digest(path: Path) -> str:
 
 def check_import_deps(source: ModelSource, installed: bool = False) -> None:
     """The ``models`` extra's packages, before anything is read: GGUF needs ``gguf`` and ``accelerate``;
-    ``installed``: a package source's package too (found, not imported)."""
+    ``installed``: a package source's package first (found, not imported)."""
+    if installed and isinstance(source, GgufPackage):
+        source._dir()
     if isinstance(source, GgufFile | GgufPackage):
         missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]
         if missing:
             raise ValueError(f"reading GGUF needs {' and '.join(missing)}: {EXTRA}")
-    if installed and isinstance(source, GgufPackage):
-        source._dir()
 
 
 def import_model(
@@ -180,7 +180,7 @@ def import_model(
 
     ``key`` names the config entry in errors (``models.<name>``)."""
     source = parse_source(source)
-    check_import_deps(source)
+    check_import_deps(source, installed=True)
     cache = cache_root()
     t0 = time.time()
     path = source.resolve(cache)

@@ -15,6 +15,7 @@ float rounding (the slices' weight gradients are summed). Only heads whose maths
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -22,7 +23,8 @@ import torch.nn.functional as F
 
 # Logits (floats) one slice may hold: 16 M = 64 MB in fp32; 64 rows of Gemma-3's 262,144, every row of a toy
 # model. A pass whose logits fit in one slice runs the model's own forward (:func:`head_for`).
-LOGITS_BUDGET = 1 << 24
+# HACPO_LOGITS_BUDGET overrides it (benchmarks/bench_vocab.py: a huge budget gives the full-logits baseline).
+LOGITS_BUDGET = int(os.environ.get("HACPO_LOGITS_BUDGET", 1 << 24))
 
 # Architectures whose causal-LM forward is exactly ``lm_head(hidden)`` (no bias), optionally followed by
 # ``cap · tanh(logits / cap)`` with ``config.final_logit_softcapping``; tests/test_vocab.py holds each

@@ -38,6 +38,10 @@ def train_runtime(wildcards):
     return Unrecorded(PIPE.train_runtime(_run(wildcards)))
 
 
+def train_threads(wildcards):
+    return PIPE.train_runtime(_run(wildcards)).get("threads", 1)
+
+
 def train_gpus(wildcards):
     return PIPE.gpus(_run(wildcards))
 

