@@ -117,3 +117,22 @@ def test_bf16_autocast_rounds_as_the_models_own_head(monkeypatch):
         monkeypatch.setattr(vocab, "LOGITS_BUDGET", 4 * V)
         got = token_logprobs(model, ids, 3)
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
+
+
+def test_a_tied_embeddings_sparse_lookup_gradient_gives_the_same_dense_grad():
+    from hacpo.agents.vocab import sparse_tied_embedding_grads
+
+    model = _model("gemma3")
+    ids = torch.randint(0, V, (2, 7))
+    ref = _grads(model, _full(model, ids, 2).sum())
+    assert not sparse_tied_embedding_grads(model)  # a small vocabulary keeps its dense lookup gradient
+    assert sparse_tied_embedding_grads(model, min_floats=0)
+    got = _grads(model, _full(model, ids, 2).sum())
+    emb = model.get_input_embeddings().weight
+    assert not emb.grad.is_sparse  # the head's dense gradient absorbed the lookup's sparse one
+    for name, g in got.items():
+        torch.testing.assert_close(g, ref[name], atol=1e-6, rtol=1e-5)
+    cfg = LlamaConfig(vocab_size=V, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=32, tie_word_embeddings=False)  # fmt: skip
+    untied = LlamaForCausalLM(cfg)
+    assert not sparse_tied_embedding_grads(untied, min_floats=0)  # a sparse gradient alone would become .grad

@@ -141,3 +141,22 @@ class _TokenLogprobs(torch.autograd.Function):
 
 def _capped(z: torch.Tensor, softcap: float | None) -> torch.Tensor:
     return z if softcap is None else torch.tanh(z / softcap) * softcap
+
+
+def sparse_tied_embedding_grads(model, min_floats: int | None = None) -> bool:
+    """Let a tied input embedding send its gradient as a sparse tensor (the rows of the tokens it saw).
+
+    With tied embeddings one ``[V, H]`` weight gets two gradients: the head's (dense: every row of the
+    softmax) and the embedding lookup's, which autograd also makes dense by default: another ``V × H`` floats
+    (Gemma-3-270M: 671 MB in fp32) to add into the first. Both reach the weight's one gradient buffer, so the
+    dense head gradient absorbs the sparse one in place and ``.grad`` stays dense (clipping and fused AdamW
+    need that). Untied models keep dense gradients: a sparse one alone would become ``.grad``. Same values,
+    summed in another order: only for embeddings of at least :data:`LOGITS_BUDGET` floats (every real
+    vocabulary), so the toy agents' runs stay bitwise as before. Returns True when it applied."""
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    if not isinstance(embed, torch.nn.Embedding) or head is None or head.weight is not embed.weight:
+        return False
+    if embed.weight.numel() < (LOGITS_BUDGET if min_floats is None else min_floats):
+        return False
+    embed.sparse = True
+    return True

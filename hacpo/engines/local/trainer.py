@@ -42,6 +42,7 @@ from hacpo.agents.retokenize import (
     source_logp_mask,
     stop_token_ids,
 )
+from hacpo.agents.vocab import sparse_tied_embedding_grads
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
@@ -129,6 +130,7 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> A
     tok = AutoTokenizer.from_pretrained(ref.path)
     model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device)
     model.train()
+    sparse_tied_embedding_grads(model)  # no second dense [V, H] gradient for a tied embedding
     if cfg.gradient_checkpointing:  # only the update's plain forward runs in train mode (see eval_mode)
         kwargs = {"use_reentrant": False}
         if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.2x; the old name warns
