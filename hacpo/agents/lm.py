@@ -89,7 +89,7 @@ def generate(
     tokens = torch.full((b, max_new_tokens), pad_id, dtype=torch.long, device=device)
     logps = torch.zeros((b, max_new_tokens), dtype=torch.float32, device=device)
     alive = torch.ones(b, dtype=torch.bool, device=device)
-    stops = _stop_tensor(eos_id, device)
+    stops = stop_tensor(eos_id, device)
     length = 0
     for t in range(max_new_tokens):
         logits = logits.float()
@@ -135,7 +135,8 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter(-1, idx, sorted_p)
 
 
-def _stop_tensor(stops: int | Collection[int] | torch.Tensor, device) -> torch.Tensor:
+def stop_tensor(stops: int | Collection[int] | torch.Tensor, device) -> torch.Tensor:
+    """Stop ids (one, several, or already a tensor) as a tensor for ``torch.isin``."""
     if isinstance(stops, torch.Tensor):
         return stops.to(device)
     ids = [stops] if isinstance(stops, int) else sorted(stops)
@@ -146,7 +147,7 @@ def _stop_tensor(stops: int | Collection[int] | torch.Tensor, device) -> torch.T
 
 def response_mask(tokens: torch.Tensor, eos_id: int | Collection[int] | torch.Tensor) -> torch.Tensor:
     """True up to and including the first stop id (``eos_id``: one or several) of each row."""
-    is_eos = torch.isin(tokens, _stop_tensor(eos_id, tokens.device)).long()
+    is_eos = torch.isin(tokens, stop_tensor(eos_id, tokens.device)).long()
     before = is_eos.cumsum(-1) - is_eos  # EOS count strictly before each position
     return before == 0
 

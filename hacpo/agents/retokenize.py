@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from hacpo.agents.lm import response_mask
+from hacpo.agents.lm import response_mask, stop_tensor
 from hacpo.agents.tokenizers import tokenizer_fingerprint
 
 CROSS_EOS = ("strip", "keep_text")
@@ -98,7 +98,7 @@ def source_logp_mask(
     stop id of the generating model (:func:`stop_token_ids`).
     """
     _check_mode(cross_eos)
-    stops = torch.tensor(sorted({eos_id} if isinstance(eos_id, int) else set(eos_id)), device=tokens.device)
+    stops = stop_tensor(eos_id, tokens.device)
     mask = response_mask(tokens, stops)
     if cross_eos == "strip":
         mask = mask & ~torch.isin(tokens, stops)
