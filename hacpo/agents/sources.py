@@ -44,6 +44,11 @@ EXTRA = "pip install -e '.[models]' (see scripts/setup_env.sh: EXTRAS=dev,models
 class _Source(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @property
+    def license(self) -> str | None:
+        """The license the source declares, where it declares one (a package's metadata)."""
+        return None
+
 
 class GgufFile(_Source):
     gguf: str
@@ -53,10 +58,6 @@ class GgufFile(_Source):
         if not path.is_file():
             raise FileNotFoundError(f"source.gguf: no file {str(path)!r}")
         return path
-
-    @property
-    def license(self) -> str | None:
-        return None
 
 
 class GgufPackage(_Source):
@@ -110,10 +111,6 @@ class HfDir(_Source):
             raise FileNotFoundError(f"source.hf_dir: {str(path)!r} is not a model directory (no config.json)")
         return path
 
-    @property
-    def license(self) -> str | None:
-        return None
-
 
 class HubRepo(_Source):
     hub: str
@@ -123,10 +120,6 @@ class HubRepo(_Source):
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(self.hub, revision=self.revision))
-
-    @property
-    def license(self) -> str | None:
-        return None
 
 
 SOURCES = (GgufFile, GgufPackage, HfDir, HubRepo)
