@@ -723,3 +723,43 @@ def _ok(**over):
 def test_minibatch_bad_input(over, match):
     with pytest.raises(ValueError, match=match):
         policy_loss(_ok(**over), HACPO)
+
+
+@pytest.mark.parametrize("kind", ["gspo", "naive", "hacpo"])
+@pytest.mark.parametrize("beta", [0.0, 1e-3])
+def test_live_rows_skip_zero_advantage_rows_exactly_when_no_kl_reads_them(kind, beta):
+    """A row with A = 0 has no gradient unless the KL term reads it (own rows, β > 0): with β = 0 it gets
+    only a no-grad pass (for the metrics), and loss, gradient and metrics equal the full batch's."""
+    from hacpo.algo import policy_loss_live_rows
+
+    lengths = [3, 2, 4, 1, 5, 2]
+    logits, tokens, mask = random_rows(lengths, seed=3)
+    own = torch.tensor([True, True, True, True, kind == "gspo", kind == "gspo"])
+    adv = t([0.0, 1.0, 0.0, -1.0, 0.0, 1.0])
+    old = old_mean_for(logp_of(logits, tokens), mask, [1.0, 1.0001, 1.0, 0.9999, 0.9, 0.95])
+    ref = (logp_of(logits, tokens) - 0.2).detach()
+    spec = LossSpec(kind=kind, kl_beta=beta, alpha=1.0, eps_low=3e-4, eps_high=4e-4)
+
+    def batch(logp=None):
+        return MiniBatch(logp=logp, mask=mask, adv=adv, old_mean_logp=old, is_own=own, omega=t([1.0] * 6),
+                         ref_logp=ref, n_total=len(lengths))  # fmt: skip
+
+    loss_full, metrics_full = policy_loss(batch(logp_of(logits, tokens)), spec)
+    (g_full,) = torch.autograd.grad(loss_full, logits)
+
+    logits2 = logits.detach().clone().requires_grad_()
+    with_grad = []
+
+    def logprobs(rows, detach):
+        sel = torch.arange(len(lengths)) if rows is None else rows
+        if not detach:
+            with_grad.extend(sel.tolist())
+        return logp_of(logits2[sel], tokens[sel])
+
+    loss, metrics = policy_loss_live_rows(batch(), spec, 0, logprobs)
+    (g,) = torch.autograd.grad(loss, logits2)
+    torch.testing.assert_close(g, g_full, rtol=1e-12, atol=1e-15)
+    metrics.pop("backward_rows_frac", None)
+    assert metrics == pytest.approx(metrics_full)
+    zero_own = [i for i in (0, 2, 4) if own[i]] if beta > 0 else []  # the KL term reads own rows
+    assert not ({0, 2, 4} - set(zero_own)) & set(with_grad)

@@ -296,35 +296,41 @@ def policy_loss_live_rows(
     """:func:`policy_loss` with the backward restricted to rows that have a gradient (exact).
 
     ``batch.logp`` is left empty; ``logprobs(rows, detach)`` returns the learner's current token
-    log-probs of those rows (all rows for ``None``), so an engine decides how to run its model. HACPO cross
-    rows whose clamp is flat at the current weights (:func:`rows_with_gradient`, from a no-grad pass over
-    the cross rows only) get no forward with gradient and no backward; the loss still divides by the full
-    N_m, and the metrics are computed over every row, so loss value, gradient and metrics equal
-    :func:`policy_loss` on the full batch. Other losses, or ``skip_dead_rows=False``, run it as is.
+    log-probs of those rows (all rows for ``None``), so an engine decides how to run its model. Rows probed
+    by a no-grad pass: HACPO's cross rows (their clamp may be flat at the current weights) and every row
+    whose advantage is 0 and which no KL term reads (a group whose answers all scored alike: GSPO, Naive,
+    HACPO with ``kl_beta`` 0); those without a gradient (:func:`rows_with_gradient`) get no forward with
+    gradient and no backward. The loss still divides by the full N_m, and the metrics are computed over
+    every row, so loss value, gradient and metrics equal :func:`policy_loss` on the full batch. GRPO (its
+    token-mean normaliser), or ``skip_dead_rows=False``, run it as is.
 
     The loss is None when no row has a gradient: the caller then steps its optimizer on zero gradients
     (not on missing ones, which AdamW would skip), exactly as the full batch would.
     """
-    cross = ~batch.own_rows()
-    if not (skip_dead_rows and spec.kind == "hacpo" and spec.cross_clip != "none" and bool(cross.any())):
+    own = batch.own_rows()
+    kl_reads = own if (spec.kl_beta > 0 and batch.ref_logp is not None) else torch.zeros_like(own)
+    probe = (batch.adv == 0) & ~kl_reads  # no gradient whatever the weights
+    if spec.kind == "hacpo" and spec.cross_clip != "none":
+        probe = probe | ~own
+    if not (skip_dead_rows and spec.kind != "grpo" and bool(probe.any())):
         batch.logp = logprobs(None, False)
         return policy_loss(batch, spec, m)
-    cross_rows = torch.nonzero(cross).flatten()
+    probe_rows = torch.nonzero(probe).flatten()
     with torch.no_grad():
-        logp_cross = logprobs(cross_rows, True)
+        logp_probe = logprobs(probe_rows, True)
     s = torch.exp(
         sequence_log_ratio(
-            seq_mean_logp(logp_cross, batch.mask[cross_rows]),
-            batch.old_mean_logp[cross_rows],
+            seq_mean_logp(logp_probe, batch.mask[probe_rows]),
+            batch.old_mean_logp[probe_rows],
             spec.log_ratio_guard,
         )
     )
     s_all = torch.ones_like(batch.adv)
-    s_all[cross_rows] = s.to(s_all.dtype)
-    live = rows_with_gradient(batch, spec, m, s_all) | ~cross
+    s_all[probe_rows] = s.to(s_all.dtype)
+    live = rows_with_gradient(batch, spec, m, s_all) | ~probe
     live_rows = torch.nonzero(live).flatten()
-    full = torch.zeros_like(batch.mask, dtype=logp_cross.dtype)
-    full[cross_rows] = logp_cross
+    full = torch.zeros_like(batch.mask, dtype=logp_probe.dtype)
+    full[probe_rows] = logp_probe
     loss = None
     if len(live_rows):
         logp_live = logprobs(live_rows, False)
@@ -341,8 +347,8 @@ def policy_loss_live_rows(
             own_tokens=batch.own_tokens,
         )
         loss, _ = policy_loss(sub, spec, m)
-        own_in_live = ~cross[live_rows]
-        full[live_rows[own_in_live]] = logp_live.detach()[own_in_live]
+        unprobed = ~probe[live_rows]
+        full[live_rows[unprobed]] = logp_live.detach()[unprobed]
     batch.logp = full
     _, metrics = policy_loss(batch, spec, m)  # exact metrics over all rows, no model call
     metrics["backward_rows_frac"] = len(live_rows) / len(live)
