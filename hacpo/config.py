@@ -197,7 +197,7 @@ class TrainConfig(BaseModel):
     # π_old: the sampler's log-probs (exact at T=1, top_p=1 on fp32 CPU kernels) or a trainer forward; auto:
     # the sampler's where exact, else a forward (CUDA, bf16)
     old_logp: Literal["auto", "sampler", "forward"] = "auto"
-    skip_dead_rows: bool = True  # exact: no backward for rows with zero gradient (flat clamp, A = 0 without KL)
+    skip_dead_rows: bool = True  # exact: no backward for zero-gradient rows (flat clamp; A = 0 without KL)
 
     val_every: int = Field(10, ge=0)  # 0: validate only before and after training
     val_size: int = Field(1000, ge=0)
