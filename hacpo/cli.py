@@ -84,8 +84,8 @@ def cmd_import_model(args) -> int:
         manifest = import_model(spec["source"], spec["prompt_format"], args.out)
     else:
         manifest = import_model(json_arg(args.source, "--source"), args.prompt_format, args.out)
-    keep = ("architecture", "parameters", "vocab_size", "prompt_format", "stop_tokens", "cache_hit")
-    keep += ("seconds",)
+    keep = ("architecture", "parameters", "vocab_size", "prompt_format", "stop_tokens", "cache_hit",
+            "seconds")  # fmt: skip
     print(json.dumps({"path": args.out, **{k: manifest[k] for k in keep}}, indent=2))
     return 0
 

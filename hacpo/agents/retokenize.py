@@ -70,6 +70,11 @@ def stop_token_ids(tok, model=None) -> frozenset[int]:
     return frozenset(ids)
 
 
+def pad_token_id(tok, stops: Collection[int]) -> int:
+    """The tokenizer's pad id, or (a tokenizer without one) a stop id: padding follows a row's stop anyway."""
+    return tok.pad_token_id if tok.pad_token_id is not None else min(stops)
+
+
 def source_token_count(
     token_ids: Sequence[int] | torch.Tensor, eos_id: int | Collection[int], cross_eos: str = "strip"
 ) -> int:

@@ -17,7 +17,8 @@ extra), which dequantizes to fp32. Imports are cached per machine under ``$HACPO
 ``~/.cache/hacpo/models``) by the source's SHA-256 and the format, and written atomically; a second import
 of the same source links the cached files (seconds).
 
-A new kind of source is one more class in :data:`SOURCES` with ``resolve()`` (the local files) and ``label``.
+A new kind of source is one more class in :data:`SOURCES` with ``resolve()`` (the local files) and, where it
+declares one, ``license``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from hacpo.agents.formats import get_format
-from hacpo.runio import atomic_write_json, sha256_file
+from hacpo.runio import atomic_dir, atomic_write_json, sha256_file
 
 IMPORTER_VERSION = 1  # bump when the imported directory changes for the same source and format
 MANIFEST = "hacpo-model.json"
@@ -183,7 +184,7 @@ def import_model(
     cached = cache / entry
     hit = (cached / MANIFEST).is_file()
     if not hit:
-        _convert(source, path, sha, prompt_format, cached, key)
+        _convert(source, path, sha, fmt, cached, key)
     manifest = json.loads((cached / MANIFEST).read_text())
     _link_tree(cached, Path(out))
     manifest = {**manifest, "cache": str(cached), "cache_hit": hit, "seconds": round(time.time() - t0, 1)}
@@ -191,18 +192,20 @@ def import_model(
     return manifest
 
 
-def _convert(source, path: Path, sha: str, prompt_format: str | None, dest: Path, key: str) -> None:
+def _convert(source, path: Path, sha: str, prompt_format: str, dest: Path, key: str) -> None:
     """Load, apply the prompt format, save: the cache entry ``dest``, written atomically."""
     import torch
     import transformers
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
     from transformers.utils import logging as hf_logging
 
+    from hacpo.agents.retokenize import pad_token_id  # torch: only where a model is converted
+
     hf_logging.disable_progress_bar()
     where = {"gguf_file": path.name} if path.is_file() else {}
     root = path.parent if path.is_file() else path
     tok = AutoTokenizer.from_pretrained(root, **where)
-    fmt = get_format(prompt_format or "chat", f"{key}.prompt_format")
+    fmt = get_format(prompt_format, f"{key}.prompt_format")
     if fmt.before is None and not tok.chat_template:
         raise ValueError(
             f"{key}.prompt_format: the model has no chat template (a base model): name a prompt format, "
@@ -224,14 +227,9 @@ def _convert(source, path: Path, sha: str, prompt_format: str | None, dest: Path
         if set(missing) - tied or unexpected:
             raise ValueError(f"{key}: GGUF weights do not fit {type(model).__name__}: {missing} {unexpected}")
         model.tie_weights()
-    pad = tok.pad_token_id if tok.pad_token_id is not None else min(stops)
     model.generation_config = GenerationConfig(
-        bos_token_id=tok.bos_token_id, eos_token_id=sorted(stops), pad_token_id=pad
+        bos_token_id=tok.bos_token_id, eos_token_id=sorted(stops), pad_token_id=pad_token_id(tok, stops)
     )
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tok.save_pretrained(tmp)
     manifest = {
         "source": source.model_dump(),
         "source_file": str(path),
@@ -248,12 +246,10 @@ def _convert(source, path: Path, sha: str, prompt_format: str | None, dest: Path
         "importer_version": IMPORTER_VERSION,
         "transformers": transformers.__version__,
     }
-    atomic_write_json(tmp / MANIFEST, manifest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    if dest.exists():  # another process finished first: keep its entry
-        shutil.rmtree(tmp)
-    else:
-        os.replace(tmp, dest)
+    with atomic_dir(dest) as tmp:  # a concurrent import of the same entry writes the same files
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        atomic_write_json(tmp / MANIFEST, manifest)
 
 
 def _adds_bos(tok) -> bool:
@@ -278,15 +274,10 @@ def _stop_ids(tok, fmt, key: str) -> set[int]:
 
 def _link_tree(src: Path, out: Path) -> None:
     """``out`` holds ``src``'s files as hard links (copies across file systems), replaced atomically."""
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for f in src.iterdir():
-        if f.is_file() and f.name != MANIFEST:
-            try:
-                os.link(f, tmp / f.name)
-            except OSError:
-                shutil.copy2(f, tmp / f.name)
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
+    with atomic_dir(out) as tmp:
+        for f in src.iterdir():
+            if f.is_file() and f.name != MANIFEST:
+                try:
+                    os.link(f, tmp / f.name)
+                except OSError:
+                    shutil.copy2(f, tmp / f.name)

@@ -64,10 +64,7 @@ class OutputHead:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Full logits of a few positions (e.g. the one that starts generation), as the model makes them."""
-        z = F.linear(hidden, self.weight)
-        if self.softcap is not None:
-            z = torch.tanh(z / self.softcap) * self.softcap
-        return z
+        return _capped(F.linear(hidden, self.weight), self.softcap)
 
     def token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """``log_softmax(logits(hidden)).gather(targets)`` in float32 (hidden ``[..., H]``)."""

@@ -6,7 +6,7 @@ import torch
 
 from hacpo.agents.lm import generate, left_pad, rows_per_batch
 from hacpo.agents.prompting import prompt_ids
-from hacpo.agents.retokenize import response_text, stop_token_ids
+from hacpo.agents.retokenize import pad_token_id, response_text, stop_token_ids
 from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import as_problem
 
@@ -38,7 +38,7 @@ class LocalGenerator:
         self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
         self.batch_tokens = batch_tokens  # KV-cache budget per generation batch (None: 256 problems)
         self.stops = stop_token_ids(self.tok, self.model)  # as vLLM: every eos id of the generation config
-        self.pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else min(self.stops)
+        self.pad = pad_token_id(self.tok, self.stops)
 
     @torch.no_grad()
     def generate(self, problems: list[dict], sampling, batch_size: int = 256) -> list[list[str]]:

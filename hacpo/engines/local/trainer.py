@@ -36,6 +36,7 @@ from hacpo.agents.lm import (
 )
 from hacpo.agents.prompting import greedy_accuracy, prompt_ids
 from hacpo.agents.retokenize import (
+    pad_token_id,
     response_text,
     retokenize,
     same_tokenizer,
@@ -149,8 +150,7 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> A
     stops = stop_token_ids(tok, model)
     if not stops:
         raise ValueError(f"agent {ref.name!r}: {ref.path} has no stop id (no eos_token or generation_config)")
-    pad = tok.pad_token_id if tok.pad_token_id is not None else min(stops)
-    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, stops, pad)
+    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, stops, pad_token_id(tok, stops))
 
 
 # ---------------------------------------------------------------------------------------------- rollouts
