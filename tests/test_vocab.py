@@ -136,3 +136,37 @@ def test_a_tied_embeddings_sparse_lookup_gradient_gives_the_same_dense_grad():
                       intermediate_size=32, tie_word_embeddings=False)  # fmt: skip
     untied = LlamaForCausalLM(cfg)
     assert not sparse_tied_embedding_grads(untied, min_floats=0)  # a sparse gradient alone would become .grad
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_later_micro_batches_add_the_head_gradient_into_grad_as_autograd_would(precision, monkeypatch):
+    """The trainer's gradient accumulation: the first part creates ``.grad``, later parts add into it in
+    place (``head_grads_into_param``); sums equal the full-logits path's, and ``autograd.grad`` outside the
+    block still sees the head's share."""
+    from hacpo.agents.vocab import head_grads_into_param, sparse_tied_embedding_grads
+
+    model = _model("gemma3").eval()
+    sparse_tied_embedding_grads(model, min_floats=0)
+    parts = [torch.randint(0, V, (2, 7)) for _ in range(3)]
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    def accumulate(logprobs):
+        model.zero_grad(set_to_none=True)
+        for ids in parts:
+            with autocast:
+                loss = logprobs(ids).sum()
+            with head_grads_into_param():
+                loss.backward()
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    ref = accumulate(lambda ids: _full(model, ids, 2))
+    monkeypatch.setattr(vocab, "LOGITS_BUDGET", 2 * V)
+    got = accumulate(lambda ids: token_logprobs(model, ids, 2))
+    tol = dict(atol=1e-5, rtol=1e-4) if precision == "fp32" else dict(atol=2e-2, rtol=2e-2)
+    for name, g in got.items():
+        torch.testing.assert_close(g, ref[name], **tol)
+    weight = model.get_output_embeddings().weight
+    assert weight.grad is not None  # outside the block: a functional gradient keeps the head's share
+    (g_fn,) = torch.autograd.grad(token_logprobs(model, parts[0], 2).sum(), weight)
+    (g_ref,) = torch.autograd.grad(_full(model, parts[0], 2).sum(), weight)
+    torch.testing.assert_close(g_fn, g_ref, atol=1e-5, rtol=1e-4)

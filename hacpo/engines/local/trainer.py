@@ -43,7 +43,7 @@ from hacpo.agents.retokenize import (
     source_logp_mask,
     stop_token_ids,
 )
-from hacpo.agents.vocab import sparse_tied_embedding_grads
+from hacpo.agents.vocab import head_grads_into_param, sparse_tied_embedding_grads
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
@@ -474,7 +474,8 @@ class LocalTrainer:
                 part_metrics = []
                 for part in parts:
                     loss, metrics = self._part_loss(learner, rows, part, p_ids, p_mask, m, whole)
-                    loss.backward()
+                    with head_grads_into_param():  # a later part adds its head gradient in place
+                        loss.backward()
                     part_metrics.append((len(part), metrics))
                 metrics = merge_parts(part_metrics)
                 metrics["grad_norm"] = float(
