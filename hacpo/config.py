@@ -26,6 +26,7 @@ from pydantic import (
 from hacpo.algo import HACPO_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
+from hacpo.reward.custom import CustomReward
 
 # α, 1−δ and δ_step, each validated by the one check the loss itself runs (errors name the config key).
 Alpha = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "alpha"))]
@@ -183,8 +184,10 @@ class TrainConfig(BaseModel):
     cross_eos: Literal["strip", "keep_text"] = "strip"  # the source's EOS in shared text (agents.retokenize)
     # identical tokenizers: reuse the source's ids, or decode and re-encode as between different ones
     same_tokenizer: Literal["reuse_ids", "reencode"] = "reuse_ids"
-    # the training and validation reward (hacpo.reward.REWARDS); benchmarks are always scored by math-verify
-    reward: Literal["math_verify", "hendrycks"] = "math_verify"
+    # the training and validation reward (hacpo.reward.REWARDS), or a verifier of your own
+    # ({function: "pkg.module:name"} | {file: PATH, name: NAME}: hacpo.reward.custom); benchmarks are always
+    # scored by math-verify
+    reward: Literal["math_verify", "hendrycks"] | CustomReward = "math_verify"
     # The spec's alternative readings (hacpo.algo.VARIANT_KNOBS); None: the default reading. Each applies
     # to one method only. A Naive run always names its cross-ratio reading (filled in from the registry).
     gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] | None = None
@@ -308,6 +311,8 @@ class TrainConfig(BaseModel):
         for key, default in newer.items():
             if keep[key] == default:
                 del keep[key]
+        if isinstance(self.reward, CustomReward):  # its source's hash, not its timeout (a runtime option)
+            keep["reward"] = self.reward.identity()
         return keep
 
     def config_hash(self) -> str:

@@ -50,14 +50,20 @@ class Problem:
     difficulty: int
     # Worked line for the "paper" SFT target, e.g. "12+34=46"; empty for problems from elsewhere (benchmarks).
     work: str = field(default="", compare=False)
+    # The record's own extra fields, for a custom verifier (hacpo.reward.custom); written only when non-empty.
+    metadata: dict = field(default_factory=dict, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not d["metadata"]:
+            del d["metadata"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> Problem:
         """Tolerant reader: ``problem`` (or ``question``) and ``answer`` are required; ``id`` defaults to a
-        hash of the problem text, ``family`` to ``""``, ``difficulty`` to 0, ``work`` to ``""``."""
+        hash of the problem text, ``family`` to ``""``, ``difficulty`` to 0, ``work`` to ``""``,
+        ``metadata`` (an object) to ``{}``."""
         text = d.get("problem", d.get("question"))
         if text is None or d.get("answer") is None:
             raise ValueError(f"a problem needs 'problem' (or 'question') and 'answer'; got keys {sorted(d)}")
@@ -69,7 +75,16 @@ class Problem:
             family=family,
             difficulty=int(d.get("difficulty") or 0),
             work=str(d.get("work") or ""),
+            metadata=_metadata(d.get("metadata")),
         )
+
+
+def _metadata(value) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"a problem's 'metadata' must be an object (a dict), got {type(value).__name__}")
+    return value
 
 
 def as_problem(x: Problem | dict) -> Problem:

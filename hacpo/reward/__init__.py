@@ -79,6 +79,7 @@ identical (content, gold) pairs within a batch are scored once.
 
 from __future__ import annotations
 
+from .custom import CustomReward, VerifierError
 from .extract import extract_boxed
 from .hendrycks import hendrycks_score
 from .limits import MAX_ANSWER_CHARS, MAX_NESTING, MAX_NUMBER_BITS
@@ -86,6 +87,8 @@ from .scorer import REWARDS, Scorer, score_batch, score_detailed, score_one
 from .verify import warmup
 
 __all__ = [
+    "CustomReward",
+    "VerifierError",
     "MAX_ANSWER_CHARS",
     "MAX_NESTING",
     "MAX_NUMBER_BITS",

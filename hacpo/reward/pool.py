@@ -4,6 +4,8 @@ replaced by the parent past the hard one (the "Timeouts" section of :mod:`hacpo.
 from __future__ import annotations
 
 import atexit
+import importlib
+import json
 import logging
 import os
 import signal
@@ -39,9 +41,31 @@ def _set_cpu_backstop(seconds: float) -> None:
         pass
 
 
+def math_verify_job(soft_s: float):
+    """The default job: one math-verify verdict ``(correct, method)`` per ``(boxed content, gold)`` item."""
+    # Test-only hook: boxed content equal to this value blocks SIGALRM and sleeps, imitating a hang in C code
+    # that no signal can interrupt, so the tests can exercise the parent's kill-and-replace path.
+    hang_for_tests = os.environ.get("HACPO_REWARD_HANG_FOR_TESTS") or None
+    for name in ("math_verify", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    warmup()
+
+    def job(content: str, gold: str) -> tuple[bool, str]:
+        if content == hang_for_tests:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+            time.sleep(3600)
+        return verify_item(content, gold, soft_s)
+
+    return job
+
+
 def worker_entry() -> None:
-    """Main of a worker subprocess: ``python -c ... <read_fd> <write_fd> <soft_s> <cpu_backstop_s>``."""
-    rfd, wfd, soft_s, backstop_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+    """Main of a worker subprocess: ``python -c ... <read_fd> <write_fd> <cpu_backstop_s> <job> <arg>``.
+
+    ``job`` is ``module:factory``; ``factory(json.loads(arg))`` sets the worker up (imports, warm-up) and
+    returns the function each item's arguments are passed to; its result tuple goes back to the parent."""
+    rfd, wfd, backstop_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    module, _, factory = sys.argv[4].partition(":")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's business; it closes us
     try:  # the CPU backstop (SIGXCPU) must not leave core files behind
         import resource
@@ -49,13 +73,8 @@ def worker_entry() -> None:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     except Exception:  # pragma: no cover
         pass
-    for name in ("math_verify", "latex2sympy2_extended"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     rconn, wconn = Connection(rfd, writable=False), Connection(wfd, readable=False)
-    # Test-only hook: boxed content equal to this value blocks SIGALRM and sleeps, imitating a hang in C code
-    # that no signal can interrupt, so the tests can exercise the parent's kill-and-replace path.
-    hang_for_tests = os.environ.get("HACPO_REWARD_HANG_FOR_TESTS") or None
-    warmup()
+    job = getattr(importlib.import_module(module), factory)(json.loads(sys.argv[5]))
     try:
         wconn.send(("ready", os.getpid()))
     except OSError:  # parent already gone
@@ -67,14 +86,11 @@ def worker_entry() -> None:
             break
         if chunk is None:
             break
-        for idx, content, gold in chunk:
+        for idx, *args in chunk:
             _set_cpu_backstop(backstop_s)
-            if content == hang_for_tests:
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
-                time.sleep(3600)
-            ok, method = verify_item(content, gold, soft_s)
+            result = job(*args)
             try:
-                wconn.send((idx, ok, method))
+                wconn.send((idx, result))
             except (BrokenPipeError, OSError):
                 return
 
@@ -101,8 +117,11 @@ _LIVE_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
 class Pool:
     """N worker subprocesses; per-item hard deadline with kill-and-replace. Not thread-safe (Scorer locks)."""
 
-    def __init__(self, workers: int, timeout_s: float, soft_s: float):
+    def __init__(self, workers: int, timeout_s: float, soft_s: float, job: tuple[str, object] | None = None):
+        """``job``: ``("module:factory", json-able argument)`` run by each worker (:func:`worker_entry`);
+        default math-verify under the soft deadline ``soft_s``."""
         self.timeout_s, self.soft_s = timeout_s, soft_s
+        self.job = job or ("hacpo.reward.pool:math_verify_job", soft_s)
         self.kills = 0
         self.crashes = 0
         self._start_failures = 0
@@ -117,8 +136,8 @@ class Pool:
         c2p_r, c2p_w = os.pipe()
         try:
             backstop = max(10.0, 5.0 * self.timeout_s)
-            argv = [sys.executable, "-c", _WORKER_CODE, str(p2c_r), str(c2p_w)]
-            argv += [repr(self.soft_s), repr(backstop)]
+            argv = [sys.executable, "-c", _WORKER_CODE, str(p2c_r), str(c2p_w), repr(backstop)]
+            argv += [self.job[0], json.dumps(self.job[1])]
             proc = subprocess.Popen(
                 argv,
                 pass_fds=(p2c_r, c2p_w),
@@ -173,12 +192,14 @@ class Pool:
         self._replace(w)
         return done
 
-    def run(self, tasks: Sequence[tuple[str, str]]) -> list[tuple[bool, str]]:
+    def run(self, tasks: Sequence[tuple]) -> list[tuple]:
+        """Each task's result: the job's tuple, or ``(False, "killed" | "crashed")`` for an item that overran
+        ``timeout_s`` or crashed its worker twice."""
         if self._closed:
             raise RuntimeError("hacpo.reward: pool is closed")
         results: list[Any] = [None] * len(tasks)
         # Same-gold items travel together, so each worker's gold-parse cache is hit instead of re-parsing.
-        queue: deque[int] = deque(sorted(range(len(tasks)), key=lambda i: tasks[i][1]))
+        queue: deque[int] = deque(sorted(range(len(tasks)), key=lambda i: str(tasks[i][1])))
         remaining = len(tasks)
         crashes: dict[int, int] = {}
         try:
@@ -211,10 +232,10 @@ class Pool:
                                 w.ready = True
                                 self._start_failures = 0
                                 continue
-                            idx, ok, method = msg
+                            idx, result = msg
                             if w.inflight and w.inflight[0] == idx:
                                 w.inflight.popleft()
-                                results[idx] = (ok, method)
+                                results[idx] = result
                                 remaining -= 1
                             w.item_t0 = time.monotonic()
                     except (EOFError, OSError):

@@ -8,6 +8,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from .custom import CustomReward, VerifierRunner
 from .fastpath import prepare
 from .hendrycks import hendrycks_detailed
 from .limits import _CACHEABLE, _DEFAULT_CACHE, _SOFT_FRACTION
@@ -33,7 +34,9 @@ class Scorer:
 
     ``reward`` (one of :data:`REWARDS`): ``"hendrycks"`` scores with
     :func:`~hacpo.reward.hendrycks.hendrycks_score` in the calling process (pure string code: no pool is
-    started whatever ``workers`` says, no deadline, no cache).
+    started whatever ``workers`` says, no deadline, no cache). A :class:`~hacpo.reward.custom.CustomReward`
+    (or its dict) runs that verifier in ``max(1, workers)`` processes under its own ``timeout_s``
+    (:mod:`hacpo.reward.custom`): rewards are its numbers, and :meth:`score` passes it each item's metadata.
     """
 
     def __init__(
@@ -42,9 +45,14 @@ class Scorer:
         timeout_s: float = 2.0,
         cache_size: int = _DEFAULT_CACHE,
         *,
-        reward: str = "math_verify",
+        reward: str | CustomReward | dict = "math_verify",
     ):
-        if reward not in REWARDS:
+        self.verifier: VerifierRunner | None = None
+        if isinstance(reward, dict):
+            reward = CustomReward(**reward)
+        if isinstance(reward, CustomReward):
+            self.verifier = VerifierRunner(reward, workers)
+        elif reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}; got {reward!r}")
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
@@ -57,7 +65,7 @@ class Scorer:
         self.cache_size = int(cache_size)
         self._cache: OrderedDict[tuple[str, str], tuple[bool, str]] = OrderedDict()
         self._lock = threading.RLock()
-        use_pool = workers > 0 and reward == "math_verify"
+        use_pool = workers > 0 and reward == "math_verify"  # a custom verifier has its own
         self._pool: Pool | None = Pool(workers, self.timeout_s, self.soft_s) if use_pool else None
         self._fallback: Pool | None = None
         self._closed = False
@@ -73,6 +81,8 @@ class Scorer:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            if self.verifier is not None:
+                self.verifier.close()
             for pool in (self._pool, self._fallback):
                 if pool is not None:
                     pool.close()
@@ -80,6 +90,8 @@ class Scorer:
 
     def __del__(self) -> None:  # best effort; atexit covers the rest
         try:
+            if self.verifier is not None:
+                self.verifier.close()
             for pool in (self._pool, self._fallback):
                 if pool is not None:
                     pool.close()
@@ -91,6 +103,8 @@ class Scorer:
         math-verify up in this process). Optional: a first batch otherwise waits for the same thing. Returns
         True if all workers are ready within ``timeout`` seconds."""
         with self._lock:
+            if self.verifier is not None:
+                return self.verifier.pool.wait_ready(timeout)
             if self._pool is not None:
                 return self._pool.wait_ready(timeout)
             if self.reward == "hendrycks":
@@ -105,9 +119,26 @@ class Scorer:
         return sum(p.kills for p in (self._pool, self._fallback) if p is not None)
 
     # -- scoring -----------------------------------------------------------------------------------------
-    def score(self, responses: Sequence[Any], golds: Sequence[Any]) -> list[float]:
-        """0/1 reward per (response, gold) pair."""
+    def score(
+        self,
+        responses: Sequence[Any],
+        golds: Sequence[Any],
+        metadata: Sequence[dict] | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[float]:
+        """Reward per (response, gold) pair: 0/1, or a custom verifier's numbers (which alone reads each
+        item's ``metadata``; ``ids`` name the items its failures are logged with)."""
+        if self.verifier is not None:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("Scorer is closed")
+                return self.verifier.score(responses, golds, metadata, ids)
         return [1.0 if d["correct"] else 0.0 for d in self.score_detailed(responses, golds)]
+
+    @property
+    def verifier_failed(self) -> int:
+        """Items a custom verifier failed on (scored 0) so far; 0 for the built-in rewards."""
+        return self.verifier.failed if self.verifier is not None else 0
 
     def score_detailed(self, responses: Sequence[Any], golds: Sequence[Any]) -> list[dict[str, Any]]:
         """Per item ``{"extracted": str | None, "correct": bool, "method": str}`` (for evaluation audits).
@@ -119,6 +150,9 @@ class Scorer:
         responses, golds = list(responses), list(golds)
         if len(responses) != len(golds):
             raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
+        if self.verifier is not None:
+            values = self.score(responses, golds)
+            return [{"extracted": None, "correct": v > 0, "method": "verifier", "reward": v} for v in values]
         with self._lock:
             if self._closed:
                 raise RuntimeError("Scorer is closed")

@@ -366,8 +366,10 @@ class LocalTrainer:
                 if cfg.cross_eos == "strip"
                 else [response_text(agent.tok, row, cfg.cross_eos, stops=stops) for row in tokens]
             )
-            golds = [problems[i]["answer"] for i in index.tolist()]
-            rewards = torch.tensor(self.scorer.score(reward_texts, golds), dtype=torch.float32)
+            picked = [problems[i] for i in index.tolist()]
+            golds, ids = [p["answer"] for p in picked], [p.get("id") for p in picked]
+            metadata = [p.get("metadata") or {} for p in picked]  # a custom verifier's extra fields
+            rewards = torch.tensor(self.scorer.score(reward_texts, golds, metadata, ids), dtype=torch.float32)
 
         with self.phase("logprobs"), self.autocast(), eval_mode(agent.model):
             rows = index.to(self.device)
@@ -567,6 +569,10 @@ class LocalTrainer:
 
     # ----------------------------------------------------------------------------- validation
     @torch.no_grad()
+    def _judge(self, texts: list[str], answers: list[str]) -> list[float]:
+        """The validation reward: greedy_accuracy keeps the validation problems' order."""
+        return self.scorer.score(texts, answers, [p.metadata for p in self.val], [p.id for p in self.val])
+
     def validate(self, step: int) -> list[float]:
         """Greedy accuracy of every agent on the validation problems (the run loop logs it)."""
         with self.phase("validate"), self.autocast():
@@ -577,7 +583,7 @@ class LocalTrainer:
                     self.val,
                     self.cfg.prompt_style,
                     self.cfg.max_new_tokens,
-                    self.scorer.score,
+                    self._judge,
                     batch_tokens=self.cfg.generation_batch_tokens,
                 )
                 for agent in self.agents
@@ -666,6 +672,8 @@ class LocalTrainer:
         extras = {"mem/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
         if self.device.type == "cuda":  # the run's peak so far, over every phase
             extras["mem/peak_gpu_mb"] = self.phase.peak_gpu_mb()
+        if self.scorer.verifier is not None:  # items a custom verifier failed on, so far (each logged)
+            extras["verifier_failed"] = float(self.scorer.verifier_failed)
         return extras
 
     def _self_old_rows(self, k, rolls, omegas, problems) -> Rows:

@@ -279,6 +279,11 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
     Single-agent methods run OpenRLHF's own ``train_ppo_ray``; joint methods run HACPO's driver
     (:mod:`.joint.driver`) over one OpenRLHF agent stack per model. ``launcher`` runs the command
     (default: a subprocess inside this job's own Ray cluster)."""
+    if not isinstance(cfg.reward, str):
+        raise ValueError(
+            f"reward: the verifier {cfg.reward.target!r} runs on the local engine only so far; "
+            "the OpenRLHF engine scores with `reward: math_verify` or `hendrycks`"
+        )
     cfg.check_paths()
     cfg.logging.check_environment()
     check_context(cfg, opts)

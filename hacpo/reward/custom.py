@@ -1,0 +1,232 @@
+"""A verifier of your own, as a config entry: ``reward: {function: "pkg.module:name"}`` or
+``reward: {file: path/to/verify.py, name: fn}``, beside the built-in ``math_verify`` and ``hendrycks``.
+
+The contract (the batch form of verl's ``custom_reward_function`` and TRL's ``reward_funcs``)::
+
+    def fn(responses: list[str], answers: list[str], metadata: list[dict]) -> list[float]
+
+one call per batch; ``metadata[i]`` is record ``i``'s own extra fields (its ``metadata`` object). Rewards are
+finite numbers (0/1 for HACPO's verifiable rewards; partial credit is allowed).
+
+Bounded and total, as math-verify is (:mod:`hacpo.reward.pool`): the verifier runs only in worker
+processes, each call under a hard deadline (``timeout_s``; a hung worker is killed and replaced). A batch
+that raises, overruns, or returns the wrong count, a NaN, an infinity or a non-number is retried one item at
+a time, so only the failing items score 0; each is counted (:attr:`VerifierRunner.failed`) and logged with
+its id, and the run goes on. A verifier that cannot be imported, or fails on every item of its first batch,
+stops the run before any update with a :class:`VerifierError` naming the config key.
+
+Identity (:meth:`CustomReward.identity`): the target and the SHA-256 of its source file, so editing the
+verifier retrains exactly the runs that use it; ``timeout_s`` and the worker count are runtime options.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import logging
+import math
+import numbers
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .pool import Pool
+
+logger = logging.getLogger("hacpo.reward")
+
+
+class VerifierError(ValueError):
+    """The configured verifier cannot run at all: not importable, or it failed on a whole first batch."""
+
+
+class CustomReward(BaseModel):
+    """``{function: "pkg.module:name"}`` or ``{file: PATH, name: NAME}``; ``timeout_s``: the deadline of one
+    call (a batch, or one item on retry), a runtime option."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    function: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+    file: str | None = None
+    name: str | None = Field(None, pattern=r"^[A-Za-z_]\w*$")
+    timeout_s: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.function is None) == (self.file is None):
+            raise ValueError('give `function: "pkg.module:name"` or `file: path/to/verify.py` with `name:`')
+        if self.file is not None and self.name is None:
+            raise ValueError(f"`file: {self.file}` needs `name:`, the function to call in it")
+        if self.function is not None and self.name is not None:
+            raise ValueError(
+                '`name:` goes with `file:`; `function:` names it after the colon ("pkg.mod:name")'
+            )
+        return self
+
+    @property
+    def target(self) -> str:
+        return self.function if self.function is not None else f"{self.file}:{self.name}"
+
+    def source_file(self) -> Path:
+        """The file that defines the verifier (a module's own file: what it imports is not hashed)."""
+        if self.file is not None:
+            return Path(self.file)
+        module = self.function.partition(":")[0]
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as err:
+            raise VerifierError(
+                f"reward.function {self.function!r}: cannot find module {module!r}: {err}"
+            ) from err
+        if spec is None or not spec.origin or not Path(spec.origin).is_file():
+            raise VerifierError(
+                f"reward.function {self.function!r}: no module {module!r} on the Python path "
+                "(install its package, or use `file: path/to/verify.py` with `name:`)"
+            )
+        return Path(spec.origin)
+
+    def identity(self) -> dict[str, str]:
+        """What a run's identity records of its verifier: the target and its source file's SHA-256."""
+        path = self.source_file()
+        if not path.is_file():
+            raise VerifierError(f"reward.file {self.file!r} does not exist")
+        return {"verifier": self.target, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def load_verifier(spec: CustomReward):
+    """Import the verifier and return the function; :class:`VerifierError` names the key and the error."""
+    key = "reward.function" if spec.function is not None else "reward.file"
+    try:
+        if spec.function is not None:
+            module_name, _, name = spec.function.partition(":")
+            module = importlib.import_module(module_name)
+        else:
+            name = spec.name
+            path = Path(spec.file).resolve()
+            if not path.is_file():
+                raise FileNotFoundError(f"no file {spec.file}")
+            unique = "hacpo_verifier_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+            module = sys.modules.get(unique)
+            if module is None:
+                mod_spec = importlib.util.spec_from_file_location(unique, path)
+                module = importlib.util.module_from_spec(mod_spec)
+                mod_spec.loader.exec_module(module)
+                sys.modules[unique] = module
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            raise AttributeError(f"{module.__name__} has no function {name!r}")
+    except Exception as err:  # anything the user's module raises on import
+        raise VerifierError(
+            f"{key}: cannot load the verifier {spec.target!r}: {type(err).__name__}: {err}"
+        ) from err
+    return fn
+
+
+def check_rewards(values: Any, n: int) -> list[float]:
+    """The verifier's output as ``n`` finite floats, or ValueError saying what is wrong with it."""
+    if hasattr(values, "tolist"):  # a numpy array or a torch tensor
+        values = values.tolist()
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"returned {type(values).__name__}, not a list of {n} numbers")
+    if len(values) != n:
+        raise ValueError(f"returned {len(values)} rewards for {n} responses")
+    out = []
+    for i, v in enumerate(values):
+        if not isinstance(v, numbers.Real):
+            raise ValueError(f"reward {i} is {type(v).__name__} {v!r}, not a number")
+        if not math.isfinite(float(v)):
+            raise ValueError(f"reward {i} is {float(v)}")
+        out.append(float(v))
+    return out
+
+
+def verifier_job(spec: dict):
+    """Worker side (:func:`hacpo.reward.pool.worker_entry`): load the verifier once, then per call
+    ``(responses, answers, metadata) → (True, rewards) | (False, what went wrong)``; never raises."""
+    fn = load_verifier(CustomReward(**spec))
+
+    def job(responses: list[str], answers: list[str], metadata: list[dict]) -> tuple[bool, Any]:
+        try:
+            return True, check_rewards(fn(list(responses), list(answers), list(metadata)), len(responses))
+        except Exception as err:  # the user's code: anything may come out
+            return False, f"{type(err).__name__}: {err}"
+
+    return job
+
+
+class VerifierRunner:
+    """Scores batches with a :class:`CustomReward` in ``workers`` (≥ 1) processes (module docstring)."""
+
+    def __init__(self, spec: CustomReward, workers: int = 1):
+        load_verifier(spec)  # fails here, in the parent, naming the key, before any worker or update
+        self.spec = spec
+        self.workers = max(1, workers)
+        self.pool = Pool(
+            self.workers,
+            spec.timeout_s,
+            spec.timeout_s,
+            job=("hacpo.reward.custom:verifier_job", spec.model_dump()),
+        )
+        self.failed = 0  # items scored 0 because the verifier failed on them (all batches so far)
+        self._first = True
+
+    def score(
+        self,
+        responses: Sequence[str],
+        answers: Sequence[str],
+        metadata: Sequence[dict] | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[float]:
+        n = len(responses)
+        metadata = list(metadata) if metadata is not None else [{} for _ in range(n)]
+        ids = [str(i) for i in ids] if ids is not None else [str(i) for i in range(n)]
+        if not (len(answers) == len(metadata) == len(ids) == n):
+            raise ValueError(
+                f"{n} responses but {len(answers)} answers, {len(metadata)} metadata, {len(ids)} ids"
+            )
+        if n == 0:
+            return []
+        size = -(-n // self.workers)  # one call per worker
+        parts = [list(range(s, min(n, s + size))) for s in range(0, n, size)]
+        calls = [
+            ([responses[i] for i in p], [answers[i] for i in p], [metadata[i] for i in p]) for p in parts
+        ]
+        values: list[float | None] = [None] * n
+        retry = []
+        for part, (ok, got) in zip(parts, self.pool.run(calls), strict=True):
+            if ok:
+                for i, v in zip(part, got, strict=True):
+                    values[i] = v
+            else:
+                logger.warning(
+                    "verifier %s failed on a batch of %d (%s); retrying its items one at a time",
+                    self.spec.target,
+                    len(part),
+                    got,
+                )
+                retry += part
+        errors = {}
+        if retry:
+            singles = [([responses[i]], [answers[i]], [metadata[i]]) for i in retry]
+            for i, (ok, got) in zip(retry, self.pool.run(singles), strict=True):
+                if ok:
+                    values[i] = got[0]
+                else:
+                    values[i], errors[i] = 0.0, got
+        if self._first and len(errors) == n:
+            example = next(iter(errors.values()))
+            raise VerifierError(
+                f"reward: the verifier {self.spec.target!r} failed on every item of the first "
+                f"batch ({n}), e.g. item {ids[0]}: {example}"
+            )
+        self._first = False
+        for i, why in errors.items():
+            logger.warning("verifier %s failed on item %s, scored 0: %s", self.spec.target, ids[i], why)
+        self.failed += len(errors)
+        return [float(v) for v in values]
+
+    def close(self) -> None:
+        self.pool.close()

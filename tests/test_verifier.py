@@ -1,0 +1,170 @@
+"""A verifier of your own (hacpo.reward.custom): bounded, total, reported, and part of a run's identity."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hacpo.config import TrainConfig
+from hacpo.reward import CustomReward, Scorer, VerifierError
+
+FIXTURE = Path(__file__).parent / "fixtures" / "verifiers.py"
+
+
+def scorer(name: str, workers: int = 1, timeout_s: float = 30.0, path: Path = FIXTURE) -> Scorer:
+    return Scorer(workers=workers, reward={"file": str(path), "name": name, "timeout_s": timeout_s})
+
+
+RESPONSES = ["answer: 3", "answer: 4", "answer: 5", "answer: 6"]
+ANSWERS = ["3", "4", "0", "6"]
+
+
+def test_a_verifier_gets_each_records_metadata_and_returns_its_numbers():
+    with scorer("exact", workers=2) as s:
+        meta = [{"credit": 0.5}, {}, {}, {"credit": 2}]
+        assert s.score(RESPONSES, ANSWERS, meta) == [0.5, 1.0, 0.0, 2.0]
+        assert s.score(RESPONSES, ANSWERS) == [1.0, 1.0, 0.0, 1.0]  # no metadata: {} each
+        assert s.verifier_failed == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "trigger"),
+    [("raises_on_boom", "boom"), ("nan_on_nan", "nan"), ("short_on_short", "short"),
+     ("text_on_text", "text")],  # fmt: skip
+)
+def test_a_failing_item_alone_scores_0_and_is_logged_with_its_id(name, trigger, caplog):
+    responses = [*RESPONSES, f"{trigger} answer: 7"]
+    with scorer(name) as s, caplog.at_level(logging.WARNING, logger="hacpo.reward"):
+        got = s.score(responses, [*ANSWERS, "7"], ids=["a", "b", "c", "d", "e"])
+        assert got == [1.0, 1.0, 0.0, 1.0, 0.0]  # the batch failed; its items were retried one at a time
+        assert s.verifier_failed == 1
+        assert s.score(responses, [*ANSWERS, "7"]) == got  # later batches too, and the run goes on
+        assert s.verifier_failed == 2
+    assert any("on item e, scored 0" in r.getMessage() for r in caplog.records)
+
+
+def test_a_hung_verifier_is_killed_at_its_deadline_and_only_its_item_scores_0():
+    with scorer("hangs_on_hang", timeout_s=1.0) as s:
+        got = s.score([*RESPONSES, "hang answer: 7"], [*ANSWERS, "7"])
+        assert got == [1.0, 1.0, 0.0, 1.0, 0.0]
+        assert s.verifier_failed == 1
+        assert s.verifier.pool.kills == 2  # the batch, then the item alone
+        assert s.score(RESPONSES, ANSWERS) == [1.0, 1.0, 0.0, 1.0]  # a fresh worker took over
+
+
+def test_a_verifier_failing_on_a_whole_first_batch_stops_the_run_naming_the_key():
+    first = "reward: .*every item of the first"
+    with scorer("always_raises") as s, pytest.raises(VerifierError, match=first):
+        s.score(RESPONSES, ANSWERS)
+    with scorer("raises_on_boom") as s:  # after a good first batch, a bad one is scored 0 and reported
+        s.score(RESPONSES, ANSWERS)
+        assert s.score(["boom"] * 2, ["1", "2"]) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("reward", "message"),
+    [
+        ({"file": "no/such/verify.py", "name": "f"}, r"reward.file: .*no file"),
+        ({"file": str(FIXTURE), "name": "missing"}, r"reward.file: .*has no function 'missing'"),
+        ({"file": str(FIXTURE), "name": "not_callable"}, r"has no function 'not_callable'"),
+        ({"function": "no_such_module_xyz:f"}, r"reward.function: .*No module named 'no_such_module_xyz'"),
+    ],
+)
+def test_a_verifier_that_cannot_be_loaded_fails_before_any_worker(reward, message):
+    with pytest.raises(VerifierError, match=message):
+        Scorer(workers=1, reward=reward)
+
+
+def test_an_import_error_inside_the_file_is_named(tmp_path):
+    bad = tmp_path / "verify.py"
+    bad.write_text("import not_installed_anywhere\n\ndef f(r, a, m):\n    return [0.0] * len(r)\n")
+    with pytest.raises(VerifierError, match="not_installed_anywhere"):
+        Scorer(workers=1, reward={"file": str(bad), "name": "f"})
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({}, "give `function:"),
+        ({"file": "v.py"}, "needs `name:`"),
+        ({"function": "pkg.mod"}, "pattern"),
+        ({"function": "pkg.mod:f", "name": "g"}, "goes with `file:`"),
+        ({"function": "pkg.mod:f", "timeout": 3}, "Extra inputs"),
+    ],
+)
+def test_a_verifier_entry_is_checked(entry, message):
+    with pytest.raises(ValueError, match=message):
+        CustomReward(**entry)
+
+
+def test_a_function_in_an_installed_module_works_too():
+    with Scorer(workers=1, reward={"function": "hacpo.reward.hendrycks:hendrycks_score"}) as s:
+        with pytest.raises(VerifierError):  # hendrycks_score takes one item, not a batch: every item fails
+            s.score(["\\boxed{3}"], ["3"])
+
+
+def _cfg(tmp_path, reward, **over) -> TrainConfig:
+    return TrainConfig(
+        method="grpo", train_file="t.jsonl", out_dir=str(tmp_path / "run"),
+        agents=[{"name": "a", "path": "p"}], reward=reward, **over,
+    )  # fmt: skip
+
+
+def test_the_verifiers_source_is_part_of_the_runs_identity_and_its_timeout_is_not(tmp_path):
+    path = tmp_path / "verify.py"
+    shutil.copy(FIXTURE, path)
+    entry = {"file": str(path), "name": "exact"}
+    base = _cfg(tmp_path, entry).config_hash()
+    assert _cfg(tmp_path, {**entry, "timeout_s": 5}).config_hash() == base  # runtime only
+    assert _cfg(tmp_path, entry, scorer_workers=4).config_hash() == base
+    assert _cfg(tmp_path, {**entry, "name": "raises_on_boom"}).config_hash() != base
+    path.write_text(path.read_text() + "\n# an edit\n")
+    assert _cfg(tmp_path, entry).config_hash() != base  # editing the verifier retrains its runs
+    assert _cfg(tmp_path, "math_verify").config_hash() != _cfg(tmp_path, "hendrycks").config_hash()
+    assert _cfg(tmp_path, entry).run_spec()["reward"]["verifier"] == f"{path}:exact"
+
+
+VERIFY_BY_METADATA = '''
+import json, os, re
+
+def by_target(responses, answers, metadata):
+    with open(os.environ["VERIFIER_LOG"], "a") as f:
+        f.write(json.dumps(metadata) + "\\n")
+    boxed = [re.findall(r"\\\\boxed\\{([^}]*)\\}", r) for r in responses]
+    return [1.0 if b and b[-1] == m["target"] else 0.0 for b, m in zip(boxed, metadata)]
+'''
+
+
+def test_the_local_engine_trains_joint_hacpo_with_a_verifier_and_each_records_metadata(
+    tmp_path, toy_data, small_agent, other_agent, monkeypatch
+):
+    import json
+
+    from toy_runs import toy_train_config
+
+    from hacpo.engines.local.trainer import train
+    from hacpo.runio import read_jsonl
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "test"):
+        rows = [{**r, "metadata": {"target": r["answer"]}} for r in read_jsonl(toy_data / f"{split}.jsonl")]
+        (data / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    verify = tmp_path / "verify.py"
+    verify.write_text(VERIFY_BY_METADATA)
+    monkeypatch.setenv("VERIFIER_LOG", str(tmp_path / "calls.jsonl"))
+    reward = {"file": str(verify), "name": "by_target"}
+    cfg = toy_train_config(tmp_path, [("a", small_agent), ("b", other_agent)], "hacpo", data=data,
+                           reward=reward, val_every=2, val_size=8)  # fmt: skip
+    run = train(cfg)
+    assert run.status == "complete"
+    calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
+    seen = [m for call in calls for m in call]  # one line per batch call
+    assert seen and all(set(m) == {"target"} for m in seen)  # each record's own metadata reached it
+    assert len(seen) == 2 * 2 * 4 * 4 + 2 * 2 * 8  # 2 steps × 2 agents × 16 rollouts; 2 validations × 2 × 8
+    rows = list(read_jsonl(tmp_path / "hacpo" / "metrics.jsonl"))
+    assert any(r["a/reward"] > 0 for r in rows)  # the toy agents box right answers: the verifier says so
+    assert all(r["verifier_failed"] == 0 for r in rows)
