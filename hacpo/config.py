@@ -26,7 +26,7 @@ from pydantic import (
 from hacpo.algo import HACPO_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
-from hacpo.reward.custom import CustomReward
+from hacpo.reward.custom import CustomReward, reward_identity
 
 # α, 1−δ and δ_step, each validated by the one check the loss itself runs (errors name the config key).
 Alpha = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "alpha"))]
@@ -42,6 +42,7 @@ RUNTIME_OPTIONS = (
     "progress",
     "threads",
     "scorer_workers",
+    "reward_timeout_s",
     "device",
     "gradient_checkpointing",
     "micro_batch_tokens",
@@ -223,6 +224,8 @@ class TrainConfig(BaseModel):
     # budget (None: 512 problems per batch)
     generation_batch_tokens: int | None = Field(None, ge=1)
     scorer_workers: int = Field(0, ge=0)
+    # the reward's hard deadline: one math-verify item (None: 2 s) or one custom verifier call (None: 30 s)
+    reward_timeout_s: float | None = Field(None, gt=0)
     progress: bool = False
     # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
     openrlhf: OpenRLHFOptions | None = None
@@ -311,8 +314,8 @@ class TrainConfig(BaseModel):
         for key, default in newer.items():
             if keep[key] == default:
                 del keep[key]
-        if isinstance(self.reward, CustomReward):  # its source's hash, not its timeout (a runtime option)
-            keep["reward"] = self.reward.identity()
+        if "reward" in keep:  # a verifier: its source's hash, not its timeout (a runtime option)
+            keep["reward"] = reward_identity(self.reward)
         return keep
 
     def config_hash(self) -> str:

@@ -15,7 +15,7 @@ FIXTURE = Path(__file__).parent / "fixtures" / "verifiers.py"
 
 
 def scorer(name: str, workers: int = 1, timeout_s: float = 30.0, path: Path = FIXTURE) -> Scorer:
-    return Scorer(workers=workers, reward={"file": str(path), "name": name, "timeout_s": timeout_s})
+    return Scorer(workers=workers, timeout_s=timeout_s, reward={"file": str(path), "name": name})
 
 
 RESPONSES = ["answer: 3", "answer: 4", "answer: 5", "answer: 6"]
@@ -92,7 +92,8 @@ def test_an_import_error_inside_the_file_is_named(tmp_path):
         ({"file": "v.py"}, "needs `name:`"),
         ({"function": "pkg.mod"}, "pattern"),
         ({"function": "pkg.mod:f", "name": "g"}, "goes with `file:`"),
-        ({"function": "pkg.mod:f", "timeout": 3}, "Extra inputs"),
+        ({"function": "pkg.mod:f", "timeout_s": 3}, "Extra inputs"),  # a runtime option: reward_timeout_s
+        ({"function": "pkg.mod:f", "sha256": "abc"}, "pattern"),
     ],
 )
 def test_a_verifier_entry_is_checked(entry, message):
@@ -118,13 +119,41 @@ def test_the_verifiers_source_is_part_of_the_runs_identity_and_its_timeout_is_no
     shutil.copy(FIXTURE, path)
     entry = {"file": str(path), "name": "exact"}
     base = _cfg(tmp_path, entry).config_hash()
-    assert _cfg(tmp_path, {**entry, "timeout_s": 5}).config_hash() == base  # runtime only
+    assert _cfg(tmp_path, entry, reward_timeout_s=5).config_hash() == base  # runtime only
     assert _cfg(tmp_path, entry, scorer_workers=4).config_hash() == base
     assert _cfg(tmp_path, {**entry, "name": "raises_on_boom"}).config_hash() != base
+    planned = CustomReward(**entry).planned()
+    assert _cfg(tmp_path, planned).config_hash() == base  # the workflow's recorded hash is not another run
     path.write_text(path.read_text() + "\n# an edit\n")
     assert _cfg(tmp_path, entry).config_hash() != base  # editing the verifier retrains its runs
+    with pytest.raises(VerifierError, match="changed after this run was planned"):
+        Scorer(workers=1, reward=planned)  # a job planned before the edit does not score with the new code
     assert _cfg(tmp_path, "math_verify").config_hash() != _cfg(tmp_path, "hendrycks").config_hash()
     assert _cfg(tmp_path, entry).run_spec()["reward"]["verifier"] == f"{path}:exact"
+
+
+def test_the_workflow_plans_a_verifiers_runs_by_its_source(tmp_path):
+    """A `training.reward` verifier in a workflow config: its hash is in each train job's spec (the rerun
+    trigger), its deadline and workers are in the runtime options (never a rerun)."""
+    import yaml
+
+    from hacpo.pipeline import Pipeline
+
+    path = tmp_path / "verify.py"
+    shutil.copy(FIXTURE, path)
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "ci.yaml").read_text())
+    cfg["training"] |= {"reward": {"file": str(path), "name": "exact"}, "reward_timeout_s": 5}
+    pipe = Pipeline(cfg)
+    run = pipe.runs[0]
+    spec, runtime = pipe.train_spec(run), pipe.train_runtime(run)
+    assert spec["reward"] == CustomReward(file=str(path), name="exact").planned()
+    assert set(spec["reward"]) == {"file", "name", "sha256"}
+    assert runtime["reward_timeout_s"] == 5 and "reward_timeout_s" not in spec
+    TrainConfig(**spec, **runtime)  # the job's own config reads it back
+    path.write_text(path.read_text() + "\n# an edit\n")
+    edited = Pipeline(cfg).train_spec(run)
+    assert edited != spec  # Snakemake's params trigger: the runs retrain
+    assert Pipeline({**cfg, "training": {**cfg["training"], "reward_timeout_s": 9}}).train_spec(run) == edited
 
 
 VERIFY_BY_METADATA = '''

@@ -28,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 
 from hacpo.config import split_runtime
+from hacpo.reward.custom import CustomReward
 from hacpo.specs import EvalJob, EvalRuntime, checked
 
 from .config import PipelineConfig, load_pipeline_config
@@ -211,8 +212,12 @@ class Pipeline:
         }
 
     def train_spec(self, run: Run) -> dict:
-        """What the run computes (the train rule's rerun trigger): :meth:`train_config` less runtime ones."""
-        return split_runtime(self.train_config(run))[0]
+        """What the run computes (the train rule's rerun trigger): :meth:`train_config` less runtime ones; a
+        verifier by its source's hash, so that editing it retrains exactly the runs that use it."""
+        spec = split_runtime(self.train_config(run))[0]
+        if isinstance(spec.get("reward"), dict):
+            spec["reward"] = CustomReward(**spec["reward"]).planned()
+        return spec
 
     def train_runtime(self, run: Run) -> dict:
         """How the run executes (:data:`hacpo.config.RUNTIME_OPTIONS`): passed to the job, never a rerun

@@ -8,15 +8,16 @@ The contract (the batch form of verl's ``custom_reward_function`` and TRL's ``re
 one call per batch; ``metadata[i]`` is record ``i``'s own extra fields (its ``metadata`` object). Rewards are
 finite numbers (0/1 for HACPO's verifiable rewards; partial credit is allowed).
 
-Bounded and total, as math-verify is (:mod:`hacpo.reward.pool`): the verifier runs only in worker
-processes, each call under a hard deadline (``timeout_s``; a hung worker is killed and replaced). A batch
-that raises, overruns, or returns the wrong count, a NaN, an infinity or a non-number is retried one item at
-a time, so only the failing items score 0; each is counted (:attr:`VerifierRunner.failed`) and logged with
-its id, and the run goes on. A verifier that cannot be imported, or fails on every item of its first batch,
-stops the run before any update with a :class:`VerifierError` naming the config key.
+Bounded and total, as math-verify is (:mod:`hacpo.reward.pool`): the verifier runs only in worker processes,
+each call under a hard deadline (a run's ``reward_timeout_s``, default 30 s; a hung worker is killed and
+replaced). A batch that raises, overruns, or returns the wrong count, a NaN, an infinity or a non-number is
+retried one item at a time, so only the failing items score 0; each is counted (:attr:`VerifierRunner.failed`)
+and logged with its id, and the run goes on. A verifier that cannot be imported, or fails on every item of its
+first batch, stops the run before any update with a :class:`VerifierError` naming the config key.
 
 Identity (:meth:`CustomReward.identity`): the target and the SHA-256 of its source file, so editing the
-verifier retrains exactly the runs that use it; ``timeout_s`` and the worker count are runtime options.
+verifier retrains exactly the runs that use it; the deadline (``reward_timeout_s``) and the worker count
+(``scorer_workers``) are runtime options.
 """
 
 from __future__ import annotations
@@ -44,15 +45,16 @@ class VerifierError(ValueError):
 
 
 class CustomReward(BaseModel):
-    """``{function: "pkg.module:name"}`` or ``{file: PATH, name: NAME}``; ``timeout_s``: the deadline of one
-    call (a batch, or one item on retry), a runtime option."""
+    """``{function: "pkg.module:name"}`` or ``{file: PATH, name: NAME}``. ``sha256``, when given (the
+    workflow records it as it plans a run), must still be the source's: a verifier edited after planning
+    fails the run instead of scoring it with other code."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     function: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
     file: str | None = None
     name: str | None = Field(None, pattern=r"^[A-Za-z_]\w*$")
-    timeout_s: float = Field(30.0, gt=0)
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
 
     @model_validator(mode="after")
     def _one_form(self):
@@ -94,6 +96,26 @@ class CustomReward(BaseModel):
         if not path.is_file():
             raise VerifierError(f"reward.file {self.file!r} does not exist")
         return {"verifier": self.target, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+    def planned(self) -> dict[str, str]:
+        """The entry with its source's hash filled in (the workflow's train spec: a rerun trigger)."""
+        return {**self.model_dump(exclude_none=True), "sha256": self.identity()["sha256"]}
+
+    def check_unchanged(self) -> None:
+        """:class:`VerifierError` when ``sha256`` is given and the source no longer has it."""
+        if self.sha256 is not None and self.identity()["sha256"] != self.sha256:
+            raise VerifierError(
+                f"reward: {self.source_file()} changed after this run was planned "
+                f"(sha256 {self.sha256[:12]}…); plan again (rerun snakemake): the runs using it retrain"
+            )
+
+
+def reward_identity(reward: str | dict | CustomReward) -> str | dict[str, str]:
+    """What a run's identity records of its ``reward``: a built-in's name, or a verifier's
+    :meth:`CustomReward.identity` (its target and its source's hash)."""
+    if isinstance(reward, str):
+        return reward
+    return (reward if isinstance(reward, CustomReward) else CustomReward(**reward)).identity()
 
 
 def load_verifier(spec: CustomReward):
@@ -158,18 +180,16 @@ def verifier_job(spec: dict):
 
 
 class VerifierRunner:
-    """Scores batches with a :class:`CustomReward` in ``workers`` (≥ 1) processes (module docstring)."""
+    """Scores batches with a :class:`CustomReward` in ``workers`` (≥ 1) processes, each call under
+    ``timeout_s`` (module docstring)."""
 
-    def __init__(self, spec: CustomReward, workers: int = 1):
+    def __init__(self, spec: CustomReward, workers: int = 1, timeout_s: float = 30.0):
+        spec.check_unchanged()
         load_verifier(spec)  # fails here, in the parent, naming the key, before any worker or update
         self.spec = spec
         self.workers = max(1, workers)
-        self.pool = Pool(
-            self.workers,
-            spec.timeout_s,
-            spec.timeout_s,
-            job=("hacpo.reward.custom:verifier_job", spec.model_dump()),
-        )
+        job = ("hacpo.reward.custom:verifier_job", spec.model_dump())
+        self.pool = Pool(self.workers, timeout_s, timeout_s, job=job)
         self.failed = 0  # items scored 0 because the verifier failed on them (all batches so far)
         self._first = True
 

@@ -23,26 +23,31 @@ REWARDS = ("math_verify", "hendrycks")
 :mod:`~hacpo.reward.hendrycks`)."""
 
 
+MATH_VERIFY_TIMEOUT_S = 2.0  # one math-verify item
+VERIFIER_TIMEOUT_S = 30.0  # one call of a custom verifier (a batch, or one item on retry)
+
+
 class Scorer:
     """Batch scorer. ``workers=0``: in-process (main thread; from another thread a private 1-worker pool is
     used automatically). ``workers>=1``: that many worker subprocesses, started in the constructor.
 
-    ``timeout_s`` is the per-item wall-time budget: the signal deadline is ``0.75*timeout_s`` and pool workers
-    are killed after ``timeout_s``. ``cache_size`` bounds an LRU of (boxed content, gold) → verdict for items
-    that needed math-verify (0 disables it). Thread-safe (calls are serialised). Use as a context manager or
-    call :meth:`close`; pools left open are closed at interpreter exit.
+    ``timeout_s`` is the per-item wall-time budget (default :data:`MATH_VERIFY_TIMEOUT_S`): the signal
+    deadline is ``0.75*timeout_s`` and pool workers are killed after ``timeout_s``; for a custom verifier, the
+    deadline of one call (default :data:`VERIFIER_TIMEOUT_S`). ``cache_size`` bounds an LRU of (boxed content,
+    gold) → verdict for items that needed math-verify (0 disables it). Thread-safe (calls are serialised). Use
+    as a context manager or call :meth:`close`; pools left open are closed at interpreter exit.
 
     ``reward`` (one of :data:`REWARDS`): ``"hendrycks"`` scores with
     :func:`~hacpo.reward.hendrycks.hendrycks_score` in the calling process (pure string code: no pool is
     started whatever ``workers`` says, no deadline, no cache). A :class:`~hacpo.reward.custom.CustomReward`
-    (or its dict) runs that verifier in ``max(1, workers)`` processes under its own ``timeout_s``
+    (or its dict) runs that verifier in ``max(1, workers)`` processes under ``timeout_s``
     (:mod:`hacpo.reward.custom`): rewards are its numbers, and :meth:`score` passes it each item's metadata.
     """
 
     def __init__(
         self,
         workers: int = 0,
-        timeout_s: float = 2.0,
+        timeout_s: float | None = None,
         cache_size: int = _DEFAULT_CACHE,
         *,
         reward: str | CustomReward | dict = "math_verify",
@@ -51,11 +56,13 @@ class Scorer:
         if isinstance(reward, dict):
             reward = CustomReward(**reward)
         if isinstance(reward, CustomReward):
-            self.verifier = VerifierRunner(reward, workers)
+            deadline = VERIFIER_TIMEOUT_S if timeout_s is None else timeout_s
+            self.verifier = VerifierRunner(reward, workers, deadline)
         elif reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}; got {reward!r}")
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
+        timeout_s = MATH_VERIFY_TIMEOUT_S if timeout_s is None else timeout_s
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
         self.workers = workers

@@ -218,7 +218,9 @@ class LocalTrainer:
         with_ref = self.spec.kl_beta > 0
         self.agents = [load_learner(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
         self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
-        self.scorer = Scorer(workers=cfg.scorer_workers, reward=cfg.reward)  # training and validation reward
+        self.scorer = Scorer(  # training and validation reward
+            workers=cfg.scorer_workers, timeout_s=cfg.reward_timeout_s, reward=cfg.reward
+        )
         reuse = cfg.same_tokenizer == "reuse_ids"  # reencode: the released code decodes every response
         self.same_tok = [[reuse and same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
         self.loop = RunLoop(cfg, [a.name for a in self.agents], val_size=len(self.val))
