@@ -13,12 +13,20 @@ from hacpo.runio import RunRecord, json_arg, sha256_file
 
 
 def write_dataset(args) -> int:
-    """``hacpo data --spec``: one workflow dataset file, synthetic problems or a registry dataset (local file
-    → cache → Hub), and its manifest entry."""
+    """``hacpo data --spec``: one workflow dataset file, synthetic problems, a registry dataset (local file
+    → cache → Hub) or a file of your own (:mod:`hacpo.data.own`), and its manifest entry."""
     from hacpo.runio import atomic_write_json
 
     spec = json_arg(args.spec, "--spec")
-    if "synthetic" in spec:
+    name = args.name or Path(args.out).name.removesuffix(".gz").removesuffix(".jsonl")
+    if "local" in spec:
+        from hacpo.data import own
+        from hacpo.data.synthetic import write_jsonl
+
+        rows = own.load(spec["local"], spec.get("fields"), name, f"datasets.{name}")[: spec.get("limit")]
+        write_jsonl(args.out, rows)
+        entry = {"kind": "local", **spec, "count": len(rows), "source_sha256": sha256_file(spec["local"])}
+    elif "synthetic" in spec:
         from hacpo.data.synthetic import make_splits, write_jsonl
 
         s = spec["synthetic"]
@@ -46,7 +54,6 @@ def write_dataset(args) -> int:
             rows = read_jsonl(args.out)[: spec["limit"]]
             write_jsonl(args.out, rows)
             entry.update(limit=spec["limit"], count=len(rows))
-    name = args.name or Path(args.out).name.removesuffix(".gz").removesuffix(".jsonl")
     entry = {"name": name, **entry, "file": args.out, "sha256": sha256_file(args.out)}
     atomic_write_json(args.manifest, entry)
     print(json.dumps(entry))

@@ -94,6 +94,26 @@ class Pipeline:
         if errs:
             raise ValueError("\n".join(errs))
 
+    def check_own_datasets(self) -> None:
+        """Every ``local:`` dataset read and normalised before any job: a missing or empty file, a record
+        without a mapped field, or a duplicate id is named with its key path (:mod:`hacpo.data.own`)."""
+        from hacpo.data import own
+
+        errs = []
+        for name, d in self.cfg.datasets.items():
+            if d.local is not None:
+                try:
+                    own.load(d.local, d.fields, name, f"datasets.{name}")
+                except own.DatasetError as err:
+                    errs.append(str(err))
+        if errs:
+            raise ValueError("\n".join(errs))
+
+    def dataset_inputs(self, name: str) -> list[str]:
+        """A ``local:`` dataset's own file (an edit prepares it again, and retrains what reads it)."""
+        d = self.cfg.datasets[name]
+        return [d.local] if d.local is not None else []
+
     def model_inputs(self, model: str) -> list[str]:
         """Files a job on ``model`` needs: a warm-up agent's marker; with the local engine, a ``hub:`` model's
         ``config.json`` (it reads model directories and downloads nothing), checked when the DAG is built so

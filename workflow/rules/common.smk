@@ -106,10 +106,15 @@ def dataset_spec(wildcards):
     return PIPE.dataset_params(wildcards.dataset)
 
 
+def dataset_inputs(wildcards):
+    return PIPE.dataset_inputs(wildcards.dataset)
+
+
 # A warm worker pre-imports torch/transformers once for the many short local jobs (hacpo.pipeline.hooks).
 onstart:
     PIPE.cfg.logging.check_environment()  # W&B's package and key, before the first job
     PIPE.check_model_sources()  # imported models' packages and the GGUF reader
+    PIPE.check_own_datasets()  # `local:` files: present, every record mapped, ids unique
     start_worker(workflow.local_exec)
 
 

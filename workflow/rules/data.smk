@@ -1,8 +1,10 @@
-# Data: synthetic problems or registry datasets → results/data/<dataset>.jsonl (+ manifest); imported
-# pretrained models (results/models/<model>, cached per machine); tiny agents.
+# Data: synthetic problems, registry datasets or files of your own → results/data/<dataset>.jsonl (+ manifest);
+# imported pretrained models (results/models/<model>, cached per machine); tiny agents.
 
 
 rule prepare_data:
+    input:
+        dataset_inputs,
     output:
         data="results/data/{dataset}.jsonl",
         manifest="results/data/{dataset}.manifest.json",
