@@ -127,7 +127,7 @@ def realistic_pair(out: Path, tiny: bool, device: str) -> tuple[dict[str, Path],
     return paths, data
 
 
-def synthetic_reward(texts, golds):
+def synthetic_reward(texts, golds, metadata=None, ids=None):
     """Declared synthetic 0/1 reward for random-weight models: 1 for about a third of responses (a fixed
     hash of the text). Lets every code path run; says nothing about the models."""
     return [float(int(hashlib.sha256(t.encode()).hexdigest(), 16) % 3 == 0) for t in texts]

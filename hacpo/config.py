@@ -186,8 +186,8 @@ class TrainConfig(BaseModel):
     # identical tokenizers: reuse the source's ids, or decode and re-encode as between different ones
     same_tokenizer: Literal["reuse_ids", "reencode"] = "reuse_ids"
     # the training and validation reward (hacpo.reward.REWARDS), or a verifier of your own
-    # ({function: "pkg.module:name"} | {file: PATH, name: NAME}: hacpo.reward.custom); benchmarks are always
-    # scored by math-verify
+    # ({function: "pkg.module:name"} | {file: PATH, name: NAME}: hacpo.reward.custom); a benchmark names its
+    # own (workflow `benchmarks.<name>.reward`, default math-verify)
     reward: Literal["math_verify", "hendrycks"] | CustomReward = "math_verify"
     # The spec's alternative readings (hacpo.algo.VARIANT_KNOBS); None: the default reading. Each applies
     # to one method only. A Naive run always names its cross-ratio reading (filled in from the registry).

@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from hacpo.reward.custom import CustomReward
+
 TableKind = Literal["accuracy", "hyperparams", "ratio_stats", "seeds", "runtime", "memory", "alpha", "claims"]
 FigureKind = Literal["curves", "updates"]
 
@@ -204,6 +206,7 @@ class BenchmarkJob(_Spec):
     k: int = Field(1, ge=1)
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    reward: Literal["math_verify", "hendrycks"] | CustomReward = "math_verify"  # hacpo.reward.custom
 
 
 class EvalJob(_Spec):

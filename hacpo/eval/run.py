@@ -72,18 +72,22 @@ def evaluate(
     scorer_workers: int = 0,
     name: str | None = None,
     pass_ks: list[int] | None = None,
+    reward: str | dict | None = None,
 ) -> dict:
     """Writes ``{out_prefix}.samples.jsonl`` (one line per response) and ``{out_prefix}.json`` (summary:
-    avg@k and unbiased pass@k for k in {1, k} ∪ ``pass_ks``)."""
+    avg@k and unbiased pass@k for k in {1, k} ∪ ``pass_ks``). ``reward``: math-verify (None), ``hendrycks``,
+    or a verifier of your own (:mod:`hacpo.reward.custom`), which gets each record's ``metadata``."""
     problems = read_benchmark(benchmark, limit)
     t0 = time.perf_counter()
     responses = generator.generate(problems, sampling)
     t_gen = time.perf_counter() - t0
     flat = [r for rs in responses for r in rs]
-    golds = [p["answer"] for p, rs in zip(problems, responses, strict=True) for _ in rs]
+    picked = [p for p, rs in zip(problems, responses, strict=True) for _ in rs]
+    golds, ids = [p["answer"] for p in picked], [p["id"] for p in picked]
+    metadata = [p.get("metadata") or {} for p in picked]
     t0 = time.perf_counter()
-    with Scorer(workers=scorer_workers) as scorer:
-        scores = scorer.score(flat, golds)
+    with Scorer(workers=scorer_workers, reward=reward or "math_verify") as scorer:
+        scores = scorer.score(flat, golds, metadata, ids)
     t_score = time.perf_counter() - t0
     lines, correct, i = [], [], 0
     for p, rs in zip(problems, responses, strict=True):
@@ -161,6 +165,7 @@ def _evaluate_setting(generator, settings: dict, out_dir: Path, seed: int, score
             scorer_workers=scorer_workers,
             name=name,
             pass_ks=b.get("pass_ks"),
+            reward=b.get("reward"),
         )
         metric = b.get("metric", f"avg@{sampling.k}")
         if metric not in summary:

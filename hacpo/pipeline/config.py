@@ -24,6 +24,7 @@ from hacpo.config import Alpha, CrossClipLow, DeltaStep, RunLogging
 from hacpo.data.own import FieldMap
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.eval.run import Decoding
+from hacpo.reward.custom import CustomReward
 
 ID = r"^[a-z][a-z0-9_]*$"  # keys that become wildcard values and path parts
 Id = Annotated[str, Field(pattern=ID)]
@@ -245,6 +246,8 @@ class Benchmark(_Strict):
     sampling: Decoding = Decoding()  # the evaluation's own type: one check of greedy/k/temperature/top_p
     paper: str | None = None  # paper benchmark key (math500, aime2025, …)
     also_pass_at: list[int] = []  # extra unbiased pass@k in the summary (e.g. AIME's "best@30" reading)
+    # its scorer: math-verify, hendrycks, or a verifier of your own ({function: …} | {file: …, name: …})
+    reward: Literal["math_verify", "hendrycks"] | CustomReward = "math_verify"
     note: str | None = None
 
     @model_validator(mode="after")

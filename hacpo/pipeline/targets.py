@@ -275,10 +275,19 @@ class Pipeline:
                     "metric": self.cfg.benchmarks[b].metric,
                     "pass_ks": self.cfg.benchmarks[b].also_pass_at,
                     **asdict(self.cfg.benchmarks[b].sampling),
+                    **self._benchmark_reward(b),
                 }
                 for b in self.cfg.benchmarks_of(setting)
             },
         })  # fmt: skip
+
+    def _benchmark_reward(self, benchmark: str) -> dict:
+        """A benchmark's own reward, when not math-verify: a verifier with its source's hash (an edit
+        re-evaluates)."""
+        reward = self.cfg.benchmarks[benchmark].reward
+        if reward == "math_verify":
+            return {}
+        return {"reward": reward if isinstance(reward, str) else reward.planned()}
 
     def eval_runtime(self, setting: str) -> dict:
         """How an evaluation job of ``setting`` runs (``hacpo eval --runtime``), never a rerun trigger: scorer
