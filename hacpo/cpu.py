@@ -13,6 +13,28 @@ _M_MMAP_THRESHOLD = -3
 
 
 @functools.cache
+def _libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c"))
+    except (OSError, TypeError):
+        return None
+
+
+def return_freed_memory() -> bool:
+    """Hand the heap's free pages back to the kernel (glibc ``malloc_trim``), once an update is over.
+
+    Within a step :func:`keep_freed_memory` keeps freed tensor memory for reuse; across steps glibc's free
+    lists fragment, and on the real pair (docs/performance.md) the process's RSS between steps crept up by
+    ≈ 0.5 GB a step with the live tensors unchanged. Trimming after each update keeps it at the live set.
+    Returns False where there is no glibc."""
+    trim = getattr(_libc(), "malloc_trim", None)
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
+@functools.cache
 def keep_freed_memory(mmap_threshold: int = 512 << 20, trim_threshold: int = 1 << 30) -> bool:
     """Let glibc's malloc keep freed tensor memory for reuse instead of handing it back to the kernel.
 
@@ -22,11 +44,8 @@ def keep_freed_memory(mmap_threshold: int = 512 << 20, trim_threshold: int = 1 <
     the heap (measured 4% faster toy training; peak RSS unchanged). Returns False where there is no glibc
     (macOS, musl): nothing to tune there. Idempotent.
     """
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = getattr(_libc(), "mallopt", None)
+    if mallopt is None:
         return False
     ok = mallopt(_M_MMAP_THRESHOLD, mmap_threshold) == 1
     ok &= mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1

@@ -375,3 +375,27 @@ def test_rows_are_grouped_by_prompt_and_exact_shared_prefix():
     assert len(shared) == 3 and int(shared[group[0]]) == 8  # "\\boxed{4" shared by prompt 0's rows
     assert group[15] != group[8]  # the junk row has its own group, and does not cut prompt 1's prefix
     assert int((lengths - shared[group]).max()) <= 3
+
+
+def test_freed_memory_goes_back_to_the_kernel_after_an_update():
+    """hacpo.cpu.return_freed_memory (called after each update): what keep_freed_memory kept is released."""
+    import subprocess
+    import sys
+
+    code = """
+import torch
+from hacpo.cpu import keep_freed_memory, return_freed_memory
+def rss(): return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
+if not (keep_freed_memory() and return_freed_memory()):
+    print("no-glibc"); raise SystemExit
+blocks = [torch.ones(1 << 20) for _ in range(150)]  # 150 × 4 MiB, kept in the heap once freed
+del blocks
+kept = rss()
+return_freed_memory()
+print(kept - rss())
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = run.stdout.split()
+    if out[-1] == "no-glibc":
+        pytest.skip("no glibc allocator here (macOS, musl): nothing to tune")
+    assert float(out[-1]) > 400  # MiB handed back of the 600 freed

@@ -115,6 +115,7 @@ def evaluate(
         **summarize(correct, sorted({1, sampling.k, *(pass_ks or [])})),
         "accuracy": sum(sum(c) / len(c) for c in correct) / len(correct),
         "sampling": asdict(sampling),
+        "reward": reward or "math_verify",
         "time_generate_s": t_gen,
         "time_score_s": t_score,
     }

@@ -52,7 +52,7 @@ from hacpo.algo import (
     seq_mean_logp,
 )
 from hacpo.config import TrainConfig
-from hacpo.cpu import keep_freed_memory
+from hacpo.cpu import keep_freed_memory, return_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
@@ -665,7 +665,9 @@ class LocalTrainer:
         return self._rows_for(k, own, omegas)
 
     def update(self, k: int, rows: Rows, step: int, problems: list[dict]) -> list[dict]:
-        return self._update(k, rows, problems, step)
+        logs = self._update(k, rows, problems, step)
+        return_freed_memory()  # the update's transients are free: no RSS creep from step to step
+        return logs
 
     def sync(self) -> None:
         pass  # the generator samples from the weights the update changed
