@@ -82,6 +82,7 @@ def test_countdown_config_end_to_end_at_ci_size(tmp_path):
                         "checkpoint_every": 1}  # fmt: skip
     cfg["benchmarks"]["countdown_test"]["reward"] = reward
     cfg["datasets"]["countdown_test"]["limit"] = 40
+    cfg["seeds"] = [0]
     configfile = tmp_path / "countdown.yaml"
     configfile.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "work"

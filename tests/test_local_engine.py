@@ -570,5 +570,6 @@ def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent
     new = {"precision", "gradient_checkpointing", "micro_batch_tokens", "generation_batch_tokens", "fidelity"}
     new |= {"same_tokenizer", "reward"}  # issue 25: at their defaults a run keeps its identity
     runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf", "logging"}  # logging: issue 31
+    runtime |= {"reward_timeout_s"}  # issue 37
     old = cfg.model_dump(exclude={*runtime, *new})
     assert cfg.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]

@@ -154,7 +154,12 @@ def test_sliced_logprobs_on_gemma_equal_the_full_vocabulary(loaded, monkeypatch)
     ref = token_logprobs(model, ids, 4)  # 2^24 logits hold this whole pass: the model's own forward
     monkeypatch.setattr(vocab, "LOGITS_BUDGET", 4 * model.config.vocab_size)
     assert vocab.head_for(model, ids.numel()) is not None
-    torch.testing.assert_close(token_logprobs(model, ids, 4), ref, atol=1e-6, rtol=0)
+    # Within an ulp of the logits: a 4-row GEMM may round a logit differently from the 12-row one (the
+    # kernel's blocking follows the shape), and Gemma-3's logits reach ≈ 40, where an fp32 ulp is 3.8e-6;
+    # the log-softmax inherits it. The toy heads of tests/test_vocab.py hold 1e-6.
+    with torch.no_grad():
+        ulp = torch.finfo(torch.float32).eps * model(ids).logits.abs().max().item()
+    torch.testing.assert_close(token_logprobs(model, ids, 4), ref, atol=2 * ulp, rtol=0)
 
 
 def test_two_joint_hacpo_steps_and_an_evaluation_on_the_real_pair(real_models, tmp_path):

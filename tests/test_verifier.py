@@ -197,3 +197,53 @@ def test_the_local_engine_trains_joint_hacpo_with_a_verifier_and_each_records_me
     rows = list(read_jsonl(tmp_path / "hacpo" / "metrics.jsonl"))
     assert any(r["a/reward"] > 0 for r in rows)  # the toy agents box right answers: the verifier says so
     assert all(r["verifier_failed"] == 0 for r in rows)
+
+
+def test_a_verifier_reaches_openrlhfs_reward_function(tmp_path, toy_data, small_agent, monkeypatch):
+    """The OpenRLHF engine: the prompt file's labels carry each record's answer, metadata and id; the reward
+    file in the vLLM engines scores them with the verifier named in HACPO_REWARD (its file made absolute);
+    a verifier that cannot be loaded stops the run before anything is launched."""
+    import importlib.util
+    import json
+
+    from hacpo.engines.openrlhf.command import Layout, reward_file
+    from hacpo.engines.openrlhf.options import OpenRLHFOptions
+    from hacpo.engines.openrlhf.runner import reward_env, train, write_inputs
+    from hacpo.reward.custom import decode_label
+
+    data = tmp_path / "train.jsonl"
+    head = [json.loads(line) for line in (toy_data / "train.jsonl").read_text().splitlines()[:4]]
+    data.write_text("".join(json.dumps({**r, "metadata": {"credit": 0.5}}) + "\n" for r in head))
+    shutil.copy(FIXTURE, tmp_path / "verify.py")
+    monkeypatch.chdir(tmp_path)  # a relative verifier file, as a workflow config names it
+    cfg = TrainConfig(method="gspo", agents=[{"name": "a", "path": str(small_agent)}], train_file=str(data),
+                      out_dir=str(tmp_path / "run"), steps=1, prompts_per_step=4,
+                      reward={"file": "verify.py", "name": "exact"}, reward_timeout_s=7)  # fmt: skip
+    layout = Layout(tmp_path / "run")
+    write_inputs(cfg, layout)
+    rows = [json.loads(line) for line in layout.prompts.read_text().splitlines()]
+    records = {r["id"]: r for r in map(json.loads, data.read_text().splitlines())}
+    for row in rows:
+        answer, metadata, rid = decode_label(row["answer"])
+        assert (answer, metadata, rid) == (records[row["id"]]["answer"], {"credit": 0.5}, row["id"])
+    env = reward_env(cfg)
+    assert json.loads(env["HACPO_REWARD"]) == {"file": str(tmp_path / "verify.py"), "name": "exact"}
+    assert env["HACPO_REWARD_TIMEOUT_S"] == "7.0"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    spec = importlib.util.spec_from_file_location("reward_func", reward_file())  # as OpenRLHF loads it
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        prompt = "<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\n"
+        labels = [rows[0]["answer"], rows[1]["answer"]]
+        queries = [prompt + f"answer: {decode_label(labels[0])[0]}<|im_end|>", prompt + "answer: nope"]
+        out = module.reward_func(queries, [prompt, prompt], labels)
+        assert out["rewards"].tolist() == [0.5, 0.0]  # the metadata's credit: it reached the verifier
+        assert out["extra_logs"]["reward_error"].tolist() == [0.0]
+    finally:
+        if module._scorer is not None:
+            module._scorer.close()
+    broken = cfg.model_copy(update={"reward": CustomReward(file="verify.py", name="missing")})
+    with pytest.raises(VerifierError, match="has no function 'missing'"):
+        train(broken, OpenRLHFOptions(), launcher=lambda *a, **k: pytest.fail("launched"))

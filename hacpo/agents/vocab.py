@@ -109,7 +109,7 @@ class _TokenLogprobs(torch.autograd.Function):
             out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
             for s in range(0, hidden.shape[0], rows):
                 z = _capped(F.linear(hidden[s : s + rows].to(dtype), w).float(), softcap)
-                out[s : s + rows] = z.gather(-1, targets[s : s + rows, None])[:, 0] - torch.logsumexp(z, -1)
+                out[s : s + rows] = torch.log_softmax(z, dim=-1).gather(-1, targets[s : s + rows, None])[:, 0]
         ctx.save_for_backward(hidden, weight, targets)
         ctx.softcap, ctx.rows, ctx.dtype = softcap, rows, dtype
         return out

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import json
 import logging
 import math
 import numbers
@@ -108,6 +109,24 @@ class CustomReward(BaseModel):
                 f"reward: {self.source_file()} changed after this run was planned "
                 f"(sha256 {self.sha256[:12]}…); plan again (rerun snakemake): the runs using it retrain"
             )
+
+
+LABEL_PREFIX = "hacpo-verifier:"
+"""Marks an OpenRLHF label that carries a record's answer, metadata and id (:func:`encode_label`)."""
+
+
+def encode_label(answer: str, metadata: dict, rid: str) -> str:
+    """The OpenRLHF engine's label for a verifier of your own: OpenRLHF hands the reward function one label
+    string per sample (``data.label_key``), so the record's metadata and id travel inside it."""
+    return LABEL_PREFIX + json.dumps({"answer": answer, "metadata": metadata, "id": rid}, ensure_ascii=False)
+
+
+def decode_label(label: str) -> tuple[str, dict, str | None]:
+    """``(answer, metadata, id)`` of an :func:`encode_label` label; a plain label is the answer alone."""
+    if not label.startswith(LABEL_PREFIX):
+        return label, {}, None
+    d = json.loads(label[len(LABEL_PREFIX) :])
+    return d["answer"], d["metadata"], d["id"]
 
 
 def reward_identity(reward: str | dict | CustomReward) -> str | dict[str, str]:

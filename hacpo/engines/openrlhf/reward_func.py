@@ -9,11 +9,14 @@ Three promises, each tested against OpenRLHF's own loader and executor:
 
 - **the local engine's reward**: the response is the query after the prompt, with trailing end-of-sequence
   markers dropped (the local engine stops at EOS), scored by :class:`hacpo.reward.Scorer` (last ``\\boxed{}``,
-  math-verify; or the run's ``reward: hendrycks``, the released code's exact match, from ``HACPO_REWARD``);
+  math-verify; or the run's ``reward: hendrycks``, the released code's exact match, or a verifier of your own
+  (:mod:`hacpo.reward.custom`, as JSON), from ``HACPO_REWARD``; such a verifier's labels carry each record's
+  answer, metadata and id, :func:`hacpo.reward.custom.encode_label`);
 - **bounded**: math-verify's signal deadlines do not work in threads, so items are verified in worker
   processes (``HACPO_REWARD_WORKERS``, default 2 per rollout actor) that are killed after ``timeout_s``;
 - **total**: OpenRLHF swallows a raising reward function and fails much later in unrelated code, so every
-  failure scores 0 and is counted in ``extra_logs["reward_error"]``.
+  failure scores 0 and is counted in ``extra_logs["reward_error"]`` (a verifier failing on a whole first
+  batch too: here it cannot stop the run, which the runner's pre-flight import check partly makes up for).
 
 With ``HACPO_ROLLOUT_LOG`` set (the runner sets it), every scored sample appends one line
 ``{"prompt": <sha1 of the prompt text, 16 hex>, "reward": r}`` to that file, from every engine: the record
@@ -22,6 +25,7 @@ of which prompts were trained, in the order they were (``runner.check_trained_or
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -43,9 +47,11 @@ def _get_scorer():
             from hacpo.reward import Scorer
 
             workers = int(os.environ.get("HACPO_REWARD_WORKERS", "2"))
-            timeout = float(os.environ.get("HACPO_REWARD_TIMEOUT_S", "2.0"))
+            timeout = os.environ.get("HACPO_REWARD_TIMEOUT_S")  # unset: the reward's own default
             reward = os.environ.get("HACPO_REWARD", "math_verify")  # the run's `reward` (the runner sets it)
-            _scorer = Scorer(workers=max(1, workers), timeout_s=timeout, reward=reward)
+            if reward.startswith("{"):  # a verifier of your own (hacpo.reward.custom), as JSON
+                reward = json.loads(reward)
+            _scorer = Scorer(workers=max(1, workers), timeout_s=timeout and float(timeout), reward=reward)
         return _scorer
 
 
@@ -90,7 +96,10 @@ def reward_func(queries, prompts, labels) -> dict:
     error = 0.0
     try:
         responses = [response_of(str(q), str(p)) for q, p in zip(queries, prompts, strict=True)]
-        rewards = _get_scorer().score(responses, [str(x) for x in labels])
+        from hacpo.reward.custom import decode_label
+
+        decoded = [decode_label(str(x)) for x in labels]  # a verifier's labels carry metadata and id
+        rewards = _get_scorer().score(responses, *([d[i] for d in decoded] for i in range(3)))
     except BaseException as err:  # noqa: BLE001 -- a raise here would be swallowed by OpenRLHF, then fail later
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise

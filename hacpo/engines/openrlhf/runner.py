@@ -11,6 +11,7 @@ logs of the redone steps replace the old ones.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from hacpo.config import TrainConfig
+from hacpo.reward.custom import encode_label, load_verifier
 from hacpo.runio import (
     MetricsLog,
     Profile,
@@ -85,6 +87,20 @@ def check_context(cfg: TrainConfig, opts: OpenRLHFOptions) -> None:
             )
 
 
+def reward_env(cfg: TrainConfig) -> dict[str, str]:
+    """The run's reward for the reward file (:mod:`.reward_func`) in every vLLM engine: a built-in's name, or
+    a verifier of your own as JSON (its file made absolute: the engines run elsewhere), and its deadline."""
+    env = {}
+    if cfg.reward_timeout_s is not None:
+        env["HACPO_REWARD_TIMEOUT_S"] = str(cfg.reward_timeout_s)
+    if isinstance(cfg.reward, str):
+        return env | {"HACPO_REWARD": cfg.reward}
+    entry = cfg.reward.model_dump(exclude_none=True)
+    if "file" in entry:
+        entry["file"] = str(Path(entry["file"]).resolve())
+    return env | {"HACPO_REWARD": json.dumps(entry)}
+
+
 def write_inputs(cfg: TrainConfig, layout: Layout) -> None:
     """The prompt file (``steps × prompts_per_step`` rows in step order) and the validation file, each
     prompt rendered with the agent's chat template and the run's prompt style (Qwen3 thinking off); a joint
@@ -110,7 +126,10 @@ def _write_prompts(cfg: TrainConfig, model: str, prompts: Path, validation: Path
 
     def row(p: dict, **extra) -> str:
         text = prompt_text(tok, as_problem(p), cfg.prompt_style)
-        return json.dumps({"prompt": text, "answer": p["answer"], "id": p["id"], **extra}) + "\n"
+        label = p["answer"]
+        if not isinstance(cfg.reward, str):  # a verifier of your own reads the record's metadata and id too
+            label = encode_label(p["answer"], p.get("metadata") or {}, p["id"])
+        return json.dumps({"prompt": text, "answer": label, "id": p["id"], **extra}) + "\n"
 
     atomic_write_text(prompts, "".join(row(problems[i]) for i in prompt_order(len(problems), cfg)))
     if validation is not None and cfg.val_file and cfg.val_size:
@@ -279,11 +298,9 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
     Single-agent methods run OpenRLHF's own ``train_ppo_ray``; joint methods run HACPO's driver
     (:mod:`.joint.driver`) over one OpenRLHF agent stack per model. ``launcher`` runs the command
     (default: a subprocess inside this job's own Ray cluster)."""
-    if not isinstance(cfg.reward, str):
-        raise ValueError(
-            f"reward: the verifier {cfg.reward.target!r} runs on the local engine only so far; "
-            "the OpenRLHF engine scores with `reward: math_verify` or `hendrycks`"
-        )
+    if not isinstance(cfg.reward, str):  # importable and unchanged since planning, before any Ray actor
+        cfg.reward.check_unchanged()
+        load_verifier(cfg.reward)
     cfg.check_paths()
     cfg.logging.check_environment()
     check_context(cfg, opts)
@@ -311,7 +328,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         start = resumable(layout)
         _record(cfg, "running", start, argv).write(cfg.out_dir)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
-        env["HACPO_REWARD"] = cfg.reward  # the reward file inside each vLLM engine scores with it
+        env.update(reward_env(cfg))  # the reward file inside each vLLM engine scores with it
         if not joint:  # which prompts OpenRLHF trains, as its reward file sees them (check_trained_order)
             atomic_write_text(layout.rollouts, "")
             env["HACPO_ROLLOUT_LOG"] = str(layout.rollouts.resolve())
