@@ -132,6 +132,17 @@ def tiny_tokenizer():
     return build_tokenizer("word")
 
 
+class OneCompletion:
+    """vLLM's AsyncLLMEngine, as OpenRLHF's executor uses it: one completion of given ids."""
+
+    def __init__(self, ids):
+        self.ids = ids
+
+    async def generate(self, prompt_ids, params, multi_modal_data=None):
+        out = SimpleNamespace(token_ids=self.ids, finish_reason="stop", logprobs=None)
+        return SimpleNamespace(outputs=[out])
+
+
 def test_openrlhf_loads_and_calls_our_reward_like_the_local_engine():
     """SingleTurnAgentExecutor (OpenRLHF's own) loads reward_func.py by path and calls it from a thread on
     decode(prompt + response ids); the reward equals the local engine's on the same ids."""
@@ -151,16 +162,8 @@ def test_openrlhf_loads_and_calls_our_reward_like_the_local_engine():
     for text in texts:
         ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
 
-        class Engine:  # vLLM's AsyncLLMEngine, as the executor uses it: one completion of given ids
-            def __init__(self, ids):
-                self.ids = ids
-
-            async def generate(self, prompt_ids, params, multi_modal_data=None):
-                out = SimpleNamespace(token_ids=self.ids, finish_reason="stop", logprobs=None)
-                return SimpleNamespace(outputs=[out])
-
         params = SimpleNamespace(max_tokens=16, logprobs=None)
-        output = asyncio.run(executor.execute(prompt, "3", params, 64, tok, Engine(ids)))
+        output = asyncio.run(executor.execute(prompt, "3", params, 64, tok, OneCompletion(ids)))
         with Scorer() as s:
             local = s.score([response_text(tok, ids)], ["3"])[0]
         assert float(torch.as_tensor(output["reward"]).item()) == local, text
@@ -169,6 +172,33 @@ def test_openrlhf_loads_and_calls_our_reward_like_the_local_engine():
 
         exp = SamplesGenerator._process_response_into_experience(None, output, max_len=64)
         assert exp.info["reward"].shape == (1,) and exp.info["reward"].item() == local
+
+
+def test_openrlhf_scores_with_a_verifier_of_your_own_and_its_metadata(monkeypatch):
+    """Issue 37 on the real stack: OpenRLHF's executor, our reward file, a verifier named in HACPO_REWARD (as
+    the runner sets it) and a label carrying the record's metadata (as the runner writes the prompt file)."""
+    import torch
+    from openrlhf.utils.agent import SingleTurnAgentExecutor
+
+    from hacpo.agents.prompting import prompt_text
+    from hacpo.data.synthetic import Problem
+    from hacpo.reward.custom import encode_label
+
+    verifier = Path(__file__).resolve().parents[1] / "fixtures" / "verifiers.py"
+    monkeypatch.setenv("HACPO_REWARD", json.dumps({"file": str(verifier), "name": "exact"}))
+    tok = tiny_tokenizer()
+    problem = Problem(id="p", problem="1 + 2", answer="3", family="", difficulty=0)
+    prompt = prompt_text(tok, problem, "compact")
+    executor = SingleTurnAgentExecutor(remote_rm_url=[str(reward_file())])
+    label = encode_label("3", {"credit": 0.5}, "p")
+    got = []
+    for text in ("answer: 3", "answer: 4"):
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+
+        params = SimpleNamespace(max_tokens=16, logprobs=None)
+        output = asyncio.run(executor.execute(prompt, label, params, 64, tok, OneCompletion(ids)))
+        got.append(float(torch.as_tensor(output["reward"]).item()))
+    assert got == [0.5, 0.0]  # the metadata's credit: it reached the verifier through OpenRLHF
 
 
 # ------------------------------------------------------------------------------------------ logs
