@@ -78,7 +78,7 @@ def test_bad_files_are_named(tmp_path):
         own.load(tmp_path / "d.txt", None, "mine", "datasets.mine")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"problem": "x", "answer": 1}\n{not json\n')
-    with pytest.raises(own.DatasetError, match=r"bad\.jsonl:2: not JSON"):
+    with pytest.raises(own.DatasetError, match=r"datasets\.mine: .*bad\.jsonl:2: not valid JSON"):
         own.load(bad, None, "mine", "datasets.mine")
 
 

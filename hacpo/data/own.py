@@ -22,6 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hacpo.runio import read_jsonl
+
 FORMATS = {".jsonl": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 
 
@@ -59,18 +61,10 @@ def read_records(path: str | Path, key: str) -> list[dict[str, Any]]:
             need = f"{key}: reading Parquet needs pyarrow: pip install 'hacpo[data]' ({err})"
             raise DatasetError(need) from err
         return json.loads(frame.to_json(orient="records", force_ascii=False))  # numpy values → JSON values
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise DatasetError(f"{key}: {path}:{n}: not JSON ({err.msg})") from err
-        if not isinstance(row, dict):
-            raise DatasetError(f"{key}: {path}:{n}: a record must be a JSON object, got {type(row).__name__}")
-        rows.append(row)
-    return rows
+    try:
+        return read_jsonl(path)  # each line a JSON object; errors name the file and line
+    except ValueError as err:
+        raise DatasetError(f"{key}: {err}") from err
 
 
 def _text(value: Any) -> str | None:
