@@ -247,3 +247,11 @@ def test_a_verifier_reaches_openrlhfs_reward_function(tmp_path, toy_data, small_
     broken = cfg.model_copy(update={"reward": CustomReward(file="verify.py", name="missing")})
     with pytest.raises(VerifierError, match="has no function 'missing'"):
         train(broken, OpenRLHFOptions(), launcher=lambda *a, **k: pytest.fail("launched"))
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"), [({"timeout_s": 0}, "timeout_s must be > 0"), ({"workers": -1}, "workers")]
+)
+def test_a_verifiers_scorer_checks_its_options_like_the_built_ins(kw, message):
+    with pytest.raises(ValueError, match=message):
+        Scorer(reward={"file": str(FIXTURE), "name": "exact"}, **kw)

@@ -266,6 +266,3 @@ class VerifierRunner:
             logger.warning("verifier %s failed on item %s, scored 0: %s", self.spec.target, ids[i], why)
         self.failed += len(errors)
         return [float(v) for v in values]
-
-    def close(self) -> None:
-        self.pool.close()

@@ -52,19 +52,18 @@ class Scorer:
         *,
         reward: str | CustomReward | dict = "math_verify",
     ):
-        self.verifier: VerifierRunner | None = None
         if isinstance(reward, dict):
             reward = CustomReward(**reward)
-        if isinstance(reward, CustomReward):
-            deadline = VERIFIER_TIMEOUT_S if timeout_s is None else timeout_s
-            self.verifier = VerifierRunner(reward, workers, deadline)
-        elif reward not in REWARDS:
+        custom = isinstance(reward, CustomReward)
+        if not custom and reward not in REWARDS:
             raise ValueError(f"reward must be one of {', '.join(REWARDS)}; got {reward!r}")
         if not isinstance(workers, int) or workers < 0:
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
-        timeout_s = MATH_VERIFY_TIMEOUT_S if timeout_s is None else timeout_s
+        if timeout_s is None:
+            timeout_s = VERIFIER_TIMEOUT_S if custom else MATH_VERIFY_TIMEOUT_S
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
+        self.verifier = VerifierRunner(reward, workers, float(timeout_s)) if custom else None
         self.workers = workers
         self.reward = reward
         self.timeout_s = float(timeout_s)
@@ -88,20 +87,17 @@ class Scorer:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            if self.verifier is not None:
-                self.verifier.close()
-            for pool in (self._pool, self._fallback):
-                if pool is not None:
-                    pool.close()
+            self._close_pools()
             self._pool = self._fallback = None
+
+    def _close_pools(self) -> None:
+        for pool in (self._pool, self._fallback, self.verifier and self.verifier.pool):
+            if pool is not None:
+                pool.close()
 
     def __del__(self) -> None:  # best effort; atexit covers the rest
         try:
-            if self.verifier is not None:
-                self.verifier.close()
-            for pool in (self._pool, self._fallback):
-                if pool is not None:
-                    pool.close()
+            self._close_pools()
         except Exception:
             pass
 

@@ -570,11 +570,11 @@ class LocalTrainer:
         return logprobs
 
     # ----------------------------------------------------------------------------- validation
-    @torch.no_grad()
     def _judge(self, texts: list[str], answers: list[str]) -> list[float]:
         """The validation reward: greedy_accuracy keeps the validation problems' order."""
         return self.scorer.score(texts, answers, [p.metadata for p in self.val], [p.id for p in self.val])
 
+    @torch.no_grad()
     def validate(self, step: int) -> list[float]:
         """Greedy accuracy of every agent on the validation problems (the run loop logs it)."""
         with self.phase("validate"), self.autocast():
