@@ -120,7 +120,9 @@ def test_a_missing_package_or_gguf_reader_is_named_before_any_work(tmp_path, cac
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "gguf" else real(n, *a))
+    present = real("json")  # accelerate counts as installed (a fresh clone without the extra has neither)
+    fake = {"gguf": None, "accelerate": present}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: fake[n] if n in fake else real(n, *a))
     with pytest.raises(ValueError, match=r"reading GGUF needs gguf: pip install -e '\.\[models\]'"):
         import_model({"gguf": str(tmp_path / "m.gguf")}, "chat", tmp_path / "o")
 
