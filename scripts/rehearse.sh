@@ -3,6 +3,9 @@
 # CPUs (OpenRLHF 0.11.2's train_ppo_ray and HACPO's joint driver, vLLM, DeepSpeed, Ray; tiny warmed agents).
 #   bash scripts/rehearse.sh                                        # config/rehearsal.yaml: the paper's DAG shape
 #   bash scripts/rehearse.sh --configfile config/rehearsal-ci.yaml  # CI size: every rule and table kind once
+#   bash scripts/rehearse.sh --configfile config/rehearsal-real.yaml --gpus 1  # the real pair, one job at a time
+# --gpus N: the logical GPUs jobs share (default 2: two one-GPU jobs at a time). The real pair's jobs take
+# 8-12 GB each: two of them, beside a third job's start-up, overflow 24 GB.
 # Other arguments go to snakemake (targets, -n, --cores N, ...). Results: results/rehearsal/<config>/results/
 # (its own Snakemake directory, apart from the toy workflow's results/). Needs .venv-rehearsal.
 set -euo pipefail
@@ -13,11 +16,14 @@ if [ ! -x .venv-rehearsal/bin/snakemake ]; then
   exit 2
 fi
 config=config/rehearsal.yaml
+gpus=2
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --configfile) config=$2; shift 2 ;;
     --configfile=*) config=${1#*=}; shift ;;
+    --gpus) gpus=$2; shift 2 ;;
+    --gpus=*) gpus=${1#*=}; shift ;;
     *) args+=("$1"); shift ;;
   esac
 done
@@ -31,4 +37,4 @@ export PATH="$PWD/.venv-rehearsal/bin:$PATH"
 # (EADDRINUSE in a ReferenceModelActor, seen once in CI on 2026-12-02); the failed job runs once more,
 # resuming from its checkpoints, as the SLURM profile's retries do for node failures.
 exec snakemake --snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2 \
-  --resources gpu=2 --retries 1 "${args[@]}"
+  --resources gpu="$gpus" --retries 1 "${args[@]}"

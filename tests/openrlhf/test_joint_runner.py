@@ -229,3 +229,21 @@ def test_weight_sync_puts_a_sleeping_engine_back_to_sleep():
     kept = _Executor()  # an agent on GPUs of its own stays awake after the sync
     _run_calls(kept, Executor_sleep_first + sync_calls(sleep_mode=True, sleep_after=False))
     assert kept.sleeping_tags == {"kv_cache"}
+
+
+def test_engine_gap_compares_vllms_and_the_actors_log_probs_on_response_tokens():
+    """The weight sync's running check (:func:`rows.engine_gap`, a metric of every joint step): |vLLM's
+    sampled-token log-prob − the actor's| over response tokens only; nothing when vLLM gave none."""
+    from hacpo.engines.openrlhf.joint.rows import engine_gap
+
+    def row(vllm, actor, mask):
+        return SimpleNamespace(
+            rollout_log_probs=None if vllm is None else torch.tensor(vllm),
+            action_log_probs=torch.tensor(actor), action_mask=torch.tensor(mask),
+        )  # fmt: skip
+
+    rows = [row([0.0, -1.0, -2.0], [-5.0, -1.1, -2.0], [0, 1, 1]), row([-0.5, -0.7], [-0.2, -0.7], [1, 1])]
+    gap = engine_gap(rows)  # the prompt position (mask 0) differs by 5 and is ignored
+    assert gap["engine_logp_gap_max"] == pytest.approx(0.3)
+    assert gap["engine_logp_gap_mean"] == pytest.approx((0.1 + 0.0 + 0.3 + 0.0) / 4)
+    assert engine_gap([*rows, row(None, [-1.0], [1])]) == {}

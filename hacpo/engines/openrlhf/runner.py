@@ -374,6 +374,30 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         return RunRecord.read(cfg.out_dir)
 
 
+def sync_check(cfg: TrainConfig, opts: OpenRLHFOptions) -> dict:
+    """Each agent's weight sync checked on its real OpenRLHF stack (:mod:`.joint.sync_check`): vLLM's
+    log-probs against the actor's with the weights loaded, after an update before the sync, and after it.
+    ``cfg``: a joint run's config (its models, lengths, lr); its ``out_dir`` takes the scratch files and
+    ``sync_check.json``. Raises, naming the log, when the check could not run; returns the report (each
+    agent's ``holds``)."""
+    check_installed()
+    opts.check_device()
+    check_context(cfg, opts)
+    layout = Layout(Path(cfg.out_dir))
+    joint_command(cfg, opts, layout)  # every agent's arguments checked before anything starts
+    layout.root.mkdir(parents=True, exist_ok=True)
+    write_inputs(cfg, layout)
+    write_joint_spec(cfg, opts, layout)
+    out = Path(cfg.out_dir) / "sync_check.json"
+    module = "hacpo.engines.openrlhf.joint.sync_check"
+    argv = [*program(opts), module, str(layout.joint_spec.resolve()), str(out)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **reward_env(cfg)}
+    rc = _run(argv, env, layout, opts, None, lambda: None)
+    if not out.is_file():
+        raise RuntimeError(logs.failure_report(layout.log, rc, 0))
+    return json.loads(out.read_text())
+
+
 def joint_command(
     cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, python: str = sys.executable
 ) -> list[str]:

@@ -22,6 +22,7 @@ from hacpo.algo import LossSpec
 from hacpo.engines.core.metrics import merge_parts
 from hacpo.engines.core.order import ORDERS, minibatch_order
 
+from .logprobs import action_log_probs, sliced_head
 from .loss import StepNorm, microbatch_loss, step_norm
 from .rows import IS_SELF, PROMPT_ID, SOURCE
 
@@ -31,6 +32,17 @@ STATUS_KEYS = (
     "cross_below_frac", "cross_above_frac", "cross_lo", "omega_mean", "s_homo_mean", "s_hete_mean",
     "adv_mean",
 )  # fmt: skip
+
+
+_ANNOUNCED: set[str] = set()
+
+
+def _announce(what: str, head, sequences) -> None:
+    """One line per process and pass in the run's log: which log-prob path it takes (:mod:`.logprobs`)."""
+    if what not in _ANNOUNCED:
+        _ANNOUNCED.add(what)
+        how = "OpenRLHF's Actor.forward" if head is None else f"the head in slices (vocabulary {head.vocab})"
+        print(f"hacpo: {what} log-probs of {tuple(sequences.shape)} tokens by {how}", flush=True)
 
 
 class HacpoActorTrainer(ActorPPOTrainer):
@@ -126,13 +138,22 @@ class HacpoActorTrainer(ActorPPOTrainer):
         (β comes from the loss spec: KL as a loss on own rows, never in the reward)."""
         norm: StepNorm = loss_batch_info["norm"]
         self.actor.train()
-        logp, _ = self.actor(
-            experience.sequences,
-            experience.action_mask,
-            attention_mask=experience.attention_mask,
-            return_output=True,
-            ring_attn_group=self.strategy.ring_attn_group,
-        )
+        head = None
+        if self.strategy.ring_attn_group is None:  # a real vocabulary: its head in slices (.logprobs)
+            head = sliced_head(self.actor, experience.sequences.numel(), self.strategy.stage)
+        _announce("update", head, experience.sequences)
+        if head is not None:
+            logp = action_log_probs(
+                head, experience.sequences, experience.action_mask, experience.attention_mask
+            )
+        else:
+            logp, _ = self.actor(
+                experience.sequences,
+                experience.action_mask,
+                attention_mask=experience.attention_mask,
+                return_output=True,
+                ring_attn_group=self.strategy.ring_attn_group,
+            )
         loss, metrics = microbatch_loss(logp, experience, self.spec, norm)
         self.strategy.backward(loss, self.actor, self.actor_optim)
         self.strategy.optimizer_step(self.actor_optim, self.actor, self.actor_scheduler, name="actor")
@@ -158,6 +179,28 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
     def use_hacpo(self, spec: dict, order: str = "mixed", seed: int = 0, learner: int = 0) -> None:
         self.trainer.__class__ = HacpoActorTrainer
         self.trainer.configure(LossSpec(**spec), order, seed, learner)
+
+    def forward(self, sequences, action_mask=None, attention_mask=None, packed_seq_lens=None,
+                mm_train_inputs_list=None):  # fmt: skip
+        """OpenRLHF's scoring pass (``make_experience``: own rows, and cross rows for Naive's old
+        log-probs), with a real vocabulary's head applied in slices (:mod:`.logprobs`)."""
+        head = None
+        if action_mask is not None and not mm_train_inputs_list and self.strategy.ring_attn_group is None:
+            head = sliced_head(self.actor, sequences.numel(), self.strategy.stage)
+        _announce("scoring", head, sequences)
+        if head is None:
+            mm = mm_train_inputs_list
+            return super().forward(sequences, action_mask, attention_mask, packed_seq_lens, mm)
+        device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
+        self.actor.eval()
+        try:
+            with torch.no_grad():
+                logp = action_log_probs(
+                    head, sequences.to(device), action_mask.to(device), attention_mask.to(device)
+                )
+        finally:
+            self.actor.train()
+        return logp.to("cpu")
 
     def fit_step(self, step: int) -> dict:
         """OpenRLHF's ``fit`` for the run's ``step`` (the mini-batch order's seed: a resumed run, whose

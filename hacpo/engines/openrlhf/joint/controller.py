@@ -34,7 +34,7 @@ from hacpo.data.synthetic import Problem, as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.phases import Phases
-from hacpo.runio import atomic_write_json
+from hacpo.runio import Metric, atomic_write_json
 
 from . import rows as R
 
@@ -115,6 +115,7 @@ class JointStep:
     seed: int = 0  # the run's seed: with the step and the agent, each step's rollout seeds
     phase: Phases = field(default_factory=Phases)
     tracker: CapabilityTracker = None
+    extras: dict = field(default_factory=dict)  # this step's extra metrics (step_extras)
 
     def __post_init__(self):
         if len(self.stacks) < 2 and self.method.joint:
@@ -151,6 +152,8 @@ class JointStep:
                 scored = stack.score(rows)
                 R.mark_own(scored, k, pids)
                 roll.rows = (scored, pids)
+                gap = R.engine_gap(scored)  # the weight sync's check: vLLM's log-probs = the actor's
+                self.extras.update({Metric.of(stack.name, key): v for key, v in gap.items()})
 
     def learner_rows(self, k: int, rolls: list[AgentRollouts], omegas: torch.Tensor, problems) -> list:
         return self.rows_for(k, [r.rows[0] for r in rolls], omegas)
@@ -163,7 +166,10 @@ class JointStep:
             stack.sync()
 
     def step_extras(self) -> dict[str, float]:
-        return {}  # memory: the job's MemorySampler (profile.json)
+        """Each agent's vLLM-vs-actor log-prob gap on its rollouts (:func:`.rows.engine_gap`); memory is the
+        job's MemorySampler's (profile.json)."""
+        extras, self.extras = self.extras, {}
+        return extras
 
     def rows_for(self, k: int, own: list[list], omegas: torch.Tensor) -> list:
         """Learner k's rows: its own, plus (joint methods) every other agent's in k's token space."""

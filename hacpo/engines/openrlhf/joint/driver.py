@@ -80,6 +80,14 @@ def pin_resume_step(ckpt_dirs: list[Path], step: int) -> None:
 def build(spec: dict):
     """Every agent's engines, actor and reference groups, models loaded, HACPO's loss on; the controller."""
     import ray
+
+    return ray.remote(num_cpus=1)(HacpoController).remote(spec, build_parts(spec))
+
+
+def build_parts(spec: dict) -> list[dict]:
+    """Every agent's ``{name, strategy, engines, actor, ref, args}``: engines, actor and reference groups
+    created, models loaded, HACPO's loss on (:func:`make_stacks` turns them into agent stacks)."""
+    import ray
     from openrlhf.trainer.ray import create_vllm_engines
     from openrlhf.trainer.ray.launcher import RayActorGroup, ReferenceModelActor
     from openrlhf.utils import get_strategy
@@ -136,7 +144,27 @@ def build(spec: dict):
         ray.get(refs)
         hacpo = dict(spec=asdict(cfg.loss_spec()), order=cfg.minibatch_order, seed=cfg.seed, learner=k)
         ray.get(part["actor"].async_run_method(method_name="use_hacpo", **hacpo))
-    return ray.remote(num_cpus=1)(HacpoController).remote(spec, parts)
+    return parts
+
+
+def make_stacks(spec: dict, parts: list[dict]) -> list:
+    """One :class:`~.stack.OpenRLHFStack` per agent over its built parts, with OpenRLHF's tokenizer."""
+    from openrlhf.utils.utils import get_tokenizer
+
+    from .stack import OpenRLHFStack
+
+    stacks = []
+    for p in parts:
+        args = p["args"]
+        fast = not args.data.disable_fast_tokenizer
+        tok = get_tokenizer(args.actor.model_name_or_path, None, "left", p["strategy"], use_fast=fast)
+        stacks.append(
+            OpenRLHFStack(
+                p["name"], p["strategy"], tok, p["engines"], p["actor"], p["ref"],
+                sleep_after_sync=spec["shared_gpus"],
+            )
+        )  # fmt: skip
+    return stacks
 
 
 class HacpoController(BasePPOTrainer):
@@ -145,28 +173,11 @@ class HacpoController(BasePPOTrainer):
     command gives OpenRLHF's own loggers nothing to write to."""
 
     def __init__(self, spec: dict, parts: list[dict]):
-        from openrlhf.utils.utils import get_tokenizer
-
-        from .stack import OpenRLHFStack
-
-        tokenizers = [
-            get_tokenizer(
-                p["args"].actor.model_name_or_path, None, "left", p["strategy"],
-                use_fast=not p["args"].data.disable_fast_tokenizer,
-            )
-            for p in parts
-        ]  # fmt: skip
+        stacks = make_stacks(spec, parts)
         first = parts[0]
         super().__init__(
-            first["strategy"], first["actor"], None, None, first["ref"], first["engines"], tokenizers[0]
+            first["strategy"], first["actor"], None, None, first["ref"], first["engines"], stacks[0].tokenizer
         )
-        stacks = [
-            OpenRLHFStack(
-                p["name"], p["strategy"], tok, p["engines"], p["actor"], p["ref"],
-                sleep_after_sync=spec["shared_gpus"],
-            )
-            for p, tok in zip(parts, tokenizers, strict=True)
-        ]  # fmt: skip
         self.cfg = TrainConfig.model_validate(spec["config"])
         self.loop = JointLoop(self.cfg, stacks, Path(spec["state"]))
 

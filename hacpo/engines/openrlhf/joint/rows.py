@@ -87,6 +87,25 @@ def mark_own(rows: Sequence[Experience], agent: int, prompt_ids_of: Sequence[int
         )
 
 
+def engine_gap(rows: Sequence[Experience]) -> dict[str, float]:
+    """|vLLM's log-prob − the actor's| per response token of scored own rows: the sampled token's log-prob as
+    the engine computed it while sampling (``rollout_log_probs``) against the DeepSpeed actor's for the same
+    token (``action_log_probs``, from ``make_experience``). Both hold the same weights after every weight
+    sync, so the gap is kernel rounding (bf16 actors: ~1e-2); a sync that missed a tensor (a tied embedding,
+    one kind of attention layer) shows as the size of an update. ``{}`` when rows carry no vLLM log-probs."""
+    gaps = []
+    for row in rows:
+        if row.rollout_log_probs is None:
+            return {}
+        mask = row.action_mask.reshape(-1).bool()
+        vllm = row.rollout_log_probs.reshape(-1)[mask].double()
+        gaps.append((vllm - row.action_log_probs.reshape(-1)[mask].double()).abs())
+    gap = torch.cat(gaps) if gaps else torch.zeros(0, dtype=torch.float64)
+    if gap.numel() == 0:
+        return {}
+    return {"engine_logp_gap_mean": float(gap.mean()), "engine_logp_gap_max": float(gap.max())}
+
+
 def learner_prompts(own_rows: Sequence[Experience]) -> dict[int, list[int]]:
     """The learner's templated prompt ids per prompt id, taken from its own rows (rendered once, by it)."""
     return {int(row.info[PROMPT_ID]): prompt_ids(row) for row in own_rows}

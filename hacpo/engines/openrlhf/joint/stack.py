@@ -138,6 +138,7 @@ class OpenRLHFStack:
                         min_tokens=0,
                         skip_special_tokens=False,
                         seed=None if seed is None or greedy else seed + i * n + j,
+                        logprobs=0,  # the sampled token's log-prob: rows carry vLLM's view (rows.engine_gap)
                     )
                     engine = engines[(i * n + j) % len(engines)]
                     refs.append(

@@ -1,0 +1,98 @@
+"""Does each agent's vLLM engine hold its DeepSpeed actor's weights after a weight sync? (issue 36)
+
+``python -m hacpo.engines.openrlhf.launch [--cpu] hacpo.engines.openrlhf.joint.sync_check <joint.json> OUT``
+(what :func:`hacpo.engines.openrlhf.runner.sync_check` runs inside the job's Ray cluster). For every agent
+of the run, on its real OpenRLHF stack (:func:`.driver.build_parts`):
+
+1. vLLM samples the first prompts; the actor scores the same tokens: ``loaded``, the gap between vLLM's
+   log-probs and the actor's (:func:`.rows.engine_gap`) with both holding the weights read from disk;
+2. one real update of the actor (HACPO's trainer, rewards replaced by 0/1 alternating in each group so that
+   every advantage is ±1 and the policy moves), then vLLM samples again *before* any sync: ``stale``, the
+   gap a sync that moved nothing would leave;
+3. the weight sync (``broadcast_to_vllm``), vLLM samples again: ``synced``.
+
+The sync holds when ``synced`` is rounding (``synced.mean`` within ``tolerance`` of ``loaded.mean``) while
+``stale`` is well above it: the check can tell a sync that did not happen, or missed a tensor shared by
+every token (a tied embedding, a kind of attention layer), from one that did.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from hacpo.agents.prompting import prompt_text
+from hacpo.config import TrainConfig
+from hacpo.data.synthetic import as_problem
+
+from . import rows as R
+from .controller import assign_prompt_ids
+
+# The synced gap may exceed the loaded one by this much (nats, mean over response tokens): bf16 actors
+# against vLLM's fp32 engines differ by rounding alone, about 1e-2 (docs/openrlhf.md, "Weight sync").
+TOLERANCE = 0.01
+STALE_FACTOR = 3.0  # an update must move the log-probs ≥ 3× the synced gap for the check to mean anything
+
+
+def _sample_and_score(stack, texts, labels, n: int, seed: int):
+    rows = stack.generate(texts, labels, n, seed=seed)
+    pids = assign_prompt_ids(rows, texts, n)
+    return stack.score(rows), pids
+
+
+def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: int = 0) -> dict:
+    """The three gaps of one agent (module docstring) and whether the sync held."""
+    problems = [as_problem(p) for p in problems]
+    texts = [prompt_text(stack.tokenizer, p, cfg.prompt_style) for p in problems]
+    labels = [p.answer for p in problems]
+    n = cfg.group_size
+    scored, pids = _sample_and_score(stack, texts, labels, n, seed)
+    loaded = R.engine_gap(scored)
+    for i, row in enumerate(scored):  # ±1 advantages in every group: an update that moves the policy
+        row.rewards = torch.full_like(row.rewards, float(i % 2), dtype=torch.float32)
+    R.mark_own(scored, k, pids)
+    R.assign_advantages(scored, k, n_agents, torch.ones(n_agents, n_agents), cfg.resolved_method())
+    updates = stack.train(scored, 0)
+    stale = R.engine_gap(_sample_and_score(stack, texts, labels, n, seed + 1)[0])
+    stack.sync()
+    synced = R.engine_gap(_sample_and_score(stack, texts, labels, n, seed + 2)[0])
+    if not (loaded and stale and synced):
+        raise RuntimeError(f"agent {stack.name}: vLLM returned no log-probs with its samples")
+    key = "engine_logp_gap_mean"
+    holds = synced[key] <= loaded[key] + TOLERANCE and stale[key] >= STALE_FACTOR * synced[key]
+    return {
+        "loaded": loaded, "stale": stale, "synced": synced, "holds": holds, "updates": len(updates),
+        "tolerance": TOLERANCE, "stale_factor": STALE_FACTOR,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    import ray
+
+    from hacpo.engines.local.trainer import read_problems
+    from hacpo.runio import atomic_write_json
+
+    from .driver import build_parts, make_stacks, openrlhf_worker_env
+
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        usage = "usage: python -m hacpo.engines.openrlhf.joint.sync_check <joint.json> OUT.json"
+        print(usage, file=sys.stderr)
+        return 2
+    spec = json.loads(Path(argv[0]).read_text())
+    if not ray.is_initialized():
+        ray.init(runtime_env={"env_vars": openrlhf_worker_env()})
+    cfg = TrainConfig.model_validate(spec["config"])
+    stacks = make_stacks(spec, build_parts(spec))
+    problems = read_problems(cfg.train_file)[: cfg.prompts_per_step]
+    report = {s.name: check_agent(s, k, len(stacks), problems, cfg) for k, s in enumerate(stacks)}
+    atomic_write_json(argv[1], report)
+    print(json.dumps(report, indent=1), flush=True)
+    return 0 if all(r["holds"] for r in report.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The joint driver's log-prob passes on OpenRLHF actors with the head in slices
+(:mod:`hacpo.engines.openrlhf.joint.logprobs`) equal OpenRLHF's own ``Actor.forward``: values and gradients,
+on a Llama with its own head and on a Gemma-3 with tied embeddings, a final soft-cap and sliding-window and
+global layers (tiny random models; the budget forced down so that every pass slices)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from real_stack import NEEDS, on_this_machine  # noqa: E402
+
+pytest.importorskip("openrlhf", reason=NEEDS)
+on_this_machine()
+
+from hacpo.engines.openrlhf.joint.logprobs import action_log_probs, sliced_head  # noqa: E402
+
+
+def _model(arch: str):
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig, LlamaConfig
+
+    torch.manual_seed(0)
+    common = dict(vocab_size=301, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)  # fmt: skip
+    if arch == "llama":
+        cfg = LlamaConfig(**common, tie_word_embeddings=False)
+    else:
+        cfg = Gemma3TextConfig(
+            **common, head_dim=16, sliding_window=4, layer_types=["sliding_attention", "full_attention"],
+            final_logit_softcapping=5.0, tie_word_embeddings=True,
+        )  # fmt: skip
+    cfg._attn_implementation = "eager"
+    return AutoModelForCausalLM.from_config(cfg).float()
+
+
+def _batch():
+    """Two left-padded rows (OpenRLHF's layout), actions on the last 5 positions, one shorter."""
+    g = torch.Generator().manual_seed(1)
+    seq = torch.randint(3, 301, (2, 12), generator=g)
+    attention = torch.ones(2, 12, dtype=torch.long)
+    attention[1, :3] = 0
+    seq[1, :3] = 0
+    action = torch.zeros(2, 11, dtype=torch.long)
+    action[0, 6:] = 1
+    action[1, 6:9] = 1
+    return seq, action, attention
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_sliced_log_probs_equal_openrlhfs_actor_forward(arch):
+    from openrlhf.models.actor import Actor
+
+    actor = Actor(_model(arch))
+    actor.packing_samples = False  # Actor(model) leaves it unset; from_pretrained sets False
+    seq, action, attention = _batch()
+    head = sliced_head(actor, seq.numel(), zero_stage=2, budget=301 * 3)  # three rows of logits per slice
+    assert head is not None and head.softcap == (5.0 if arch == "gemma3" else None)
+    assert sliced_head(actor, seq.numel(), zero_stage=3, budget=1) is None  # ZeRO-3: OpenRLHF's forward
+    assert sliced_head(actor, seq.numel(), budget=10**9) is None  # fits: OpenRLHF's forward
+
+    ours = action_log_probs(head, seq, action, attention)
+    ours.sum().backward()
+    ours_grads = {n: p.grad.clone() for n, p in actor.named_parameters()}
+    actor.zero_grad()
+    theirs = actor(seq, action, attention_mask=attention)
+    theirs.sum().backward()
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
+    assert (ours[action == 0] == 0).all()
+    for name, p in actor.named_parameters():
+        torch.testing.assert_close(ours_grads[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
