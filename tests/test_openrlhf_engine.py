@@ -198,6 +198,33 @@ def test_workflow_passes_gpus_engine_and_vllm_settings():
     assert "openrlhf" not in local.train_config(run) and local.eval_engine == "local"
 
 
+def test_a_vllm_evaluation_sizes_its_context_from_its_benchmarks_prompts(tmp_path, small_agent):
+    """The evaluation job's max_model_len: its longest prompt as the model renders it + max_new_tokens, at
+    least the workflow's planned bound; a prompt the model cannot hold is named before vLLM starts (vLLM
+    refuses such a request, where the local engine would answer it)."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    from hacpo.agents.prompting import prompt_ids
+    from hacpo.data.synthetic import as_problem
+    from hacpo.eval.vllm import context_length
+
+    records = [{"id": f"p{i}", "problem": "1 + 2 " * i, "answer": "3"} for i in (1, 12, 3)]
+    bench = tmp_path / "b.jsonl"
+    bench.write_text("".join(json.dumps(r) + "\n" for r in records))
+    settings = {"max_new_tokens": 13, "prompt_style": "compact", "benchmarks": {"b": {"file": str(bench)}}}
+    tok = AutoTokenizer.from_pretrained(small_agent)
+    longest = len(prompt_ids(tok, as_problem(records[1]), "compact"))
+    assert context_length(str(small_agent), settings) == longest + 13
+    assert context_length(str(small_agent), settings, planned=longest + 50) == longest + 50
+    limit = json.loads((small_agent / "config.json").read_text())["max_position_embeddings"]
+    records.append({"id": "long", "problem": "9 " * limit, "answer": "9"})
+    bench.write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(ValueError, match=f"benchmark b: item long needs .* the model at .* has {limit}"):
+        context_length(str(small_agent), settings)
+
+
 def test_openrlhf_config_needs_gpus_for_every_run():
     cfg = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
     cfg["models"]["qwen3_4b"]["gpus"] = 0
@@ -362,3 +389,29 @@ def test_wandb_variables_reach_the_ray_actors(monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     env = job_runtime_env({"env_vars": {"OWN": "1"}}, cpu=False)["env_vars"]
     assert env["WANDB_RUN_ID"] == "abc" and env["WANDB_MODE"] == "offline" and env["OWN"] == "1"
+
+
+def test_the_memory_sampler_names_each_process_of_the_job_with_its_peak():
+    """gpumem.MemorySampler without NVML (this machine): the job's summed PSS and each process's own peak
+    under its title (a Ray actor's ``ray::<class>``; here a child ``python -c`` holding 300 MB)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("psutil")
+    from hacpo.engines.openrlhf.gpumem import MemorySampler, process_title
+
+    hold = "import time; b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096]); print(1, flush=True)"
+    with MemorySampler(interval_s=0.05, nvml=None) as sampler:
+        child = subprocess.Popen([sys.executable, "-c", hold + "; time.sleep(30)"], stdout=subprocess.PIPE)
+        try:
+            child.stdout.readline()  # its memory is touched
+            time.sleep(0.5)
+            assert process_title(child.pid) == Path(sys.executable).name
+        finally:
+            child.kill()
+            child.wait()
+    main, details = sampler.summary()
+    per_process = details["peak_host_mb_per_process"]
+    mine = per_process[f"{Path(sys.executable).name} (pid {child.pid})"]
+    assert 280 < mine < 400 and main["peak_rss_mb"] >= mine
+    assert main["peak_gpu_mem_mb"] is None  # no GPU here

@@ -13,7 +13,9 @@ from hacpo.config import load_train_config
 from hacpo.pipeline import ConfigError, Pipeline, Run
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ("config", "paper", "ci", "one-gpu", "real", "countdown", "rehearsal", "rehearsal-ci")
+SHIPPED = (
+    "config", "paper", "ci", "one-gpu", "real", "countdown", "rehearsal", "rehearsal-ci", "rehearsal-real"
+)
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 

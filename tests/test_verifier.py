@@ -255,3 +255,94 @@ def test_a_verifier_reaches_openrlhfs_reward_function(tmp_path, toy_data, small_
 def test_a_verifiers_scorer_checks_its_options_like_the_built_ins(kw, message):
     with pytest.raises(ValueError, match=message):
         Scorer(reward={"file": str(FIXTURE), "name": "exact"}, **kw)
+
+
+def _reward_file_module():
+    """hacpo's reward file loaded by path, as OpenRLHF loads it in each vLLM engine (its own state)."""
+    import importlib.util
+
+    from hacpo.engines.openrlhf.command import reward_file
+
+    spec = importlib.util.spec_from_file_location("reward_func", reward_file())
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("first", ["always_raises", "raises_on_boom"])
+def test_on_openrlhf_a_verifier_failing_the_first_batch_stops_the_engine_and_says_why(
+    first, tmp_path, monkeypatch
+):
+    """OpenRLHF calls the reward file once per sample: the first HACPO_VERIFIER_FIRST_BATCH calls of an
+    engine all failing write the stop file (the runner watches it) and hold the call, so the step's
+    rollouts never complete. One success before that, and later failures only score 0."""
+    import json
+    import threading
+
+    stop = tmp_path / "verifier_stop.json"
+    monkeypatch.setenv("HACPO_REWARD", json.dumps({"file": str(FIXTURE), "name": first}))
+    monkeypatch.setenv("HACPO_VERIFIER_FIRST_BATCH", "3")
+    monkeypatch.setenv("HACPO_VERIFIER_STOP", str(stop))
+    module = _reward_file_module()
+
+    def call(text: str):
+        return module.reward_func([f"q answer: {text}"], ["q"], ["3"])
+
+    try:
+        if first == "raises_on_boom":
+            assert call("3")["rewards"].tolist() == [1.0]  # the verifier works on this engine's first item
+        for _ in range(2):  # scored 0; before any success the reward file counts them as its errors
+            out = call("boom")
+            error = out["extra_logs"]["reward_error"].tolist()
+            assert out["rewards"].tolist() == [0.0] and error == [float(first == "always_raises")]
+        held = threading.Thread(target=call, args=("boom",), daemon=True)
+        held.start()
+        held.join(timeout=20)
+        if first == "always_raises":
+            assert held.is_alive(), "the third failing call must hold until the runner stops the job"
+            report = json.loads(stop.read_text())
+            assert report["failed"] == 3 and "this verifier is broken" in report["error"]
+        else:
+            assert not held.is_alive() and not stop.exists()
+    finally:
+        if module._scorer is not None:
+            module._scorer.close()
+
+
+def test_the_openrlhf_runner_stops_a_job_whose_engine_wrote_the_verifier_stop(tmp_path):
+    """launch_subprocess: the stop file appears, the job (its whole process group) is stopped within
+    seconds and the error is raised; without a stop file the job runs to its end."""
+    import sys
+    import time
+
+    from hacpo.engines.openrlhf.runner import launch_subprocess
+
+    stop = tmp_path / "verifier_stop.json"
+    write = f"import json, time; json.dump({{'error': 'e1', 'failed': 4}}, open({str(stop)!r}, 'w'))"
+    write += "; time.sleep(600)"
+    t0 = time.monotonic()
+    with pytest.raises(VerifierError, match="e1; so were the 3 items"):
+        launch_subprocess([sys.executable, "-c", write], {}, tmp_path / "log", lambda: None, stop)
+    assert time.monotonic() - t0 < 60
+    stop.unlink()
+    assert launch_subprocess([sys.executable, "-c", "pass"], {}, tmp_path / "log", lambda: None, stop) == 0
+
+
+def test_the_first_batch_stop_is_set_for_a_fresh_run_with_a_verifier_only(tmp_path, small_agent):
+    """The rule's size: the first step's samples one engine gets at least; none for built-in rewards or a
+    resumed run (its first step passed); a previous launch's stop file is removed."""
+    from hacpo.engines.openrlhf.command import Layout
+    from hacpo.engines.openrlhf.options import OpenRLHFOptions
+    from hacpo.engines.openrlhf.runner import verifier_stop_env
+
+    layout = Layout(tmp_path / "run")
+    layout.root.mkdir(parents=True)
+    layout.verifier_stop.write_text("{}")
+    base = {"method": "gspo", "agents": [{"name": "a", "path": str(small_agent)}], "train_file": "x",
+            "out_dir": str(tmp_path / "run"), "prompts_per_step": 4, "group_size": 8}  # fmt: skip
+    custom = TrainConfig(**base, reward={"file": str(FIXTURE), "name": "exact"})
+    env = verifier_stop_env(custom, OpenRLHFOptions(gpus_per_node=2), layout, start=0)
+    assert env["HACPO_VERIFIER_FIRST_BATCH"] == "16" and not layout.verifier_stop.exists()  # 32 over 2
+    assert env["HACPO_VERIFIER_STOP"] == str(layout.verifier_stop.resolve())
+    assert verifier_stop_env(custom, OpenRLHFOptions(gpus_per_node=2), layout, start=1) == {}
+    assert verifier_stop_env(TrainConfig(**base), OpenRLHFOptions(gpus_per_node=1), layout, start=0) == {}

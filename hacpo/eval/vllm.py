@@ -14,6 +14,36 @@ from hacpo.agents.retokenize import response_text, stop_token_ids
 from hacpo.data.synthetic import as_problem
 
 
+def context_length(path: str, settings: dict, planned: int | None = None) -> int:
+    """vLLM's ``max_model_len`` for one evaluation job: the longest prompt of its benchmarks, as the model's
+    tokenizer renders it, + ``max_new_tokens`` (at least ``planned``, the workflow's training bound). vLLM
+    refuses a longer request outright, where the local engine would answer it, so a benchmark with long
+    prompts (GSM8K in a few-shot format) sizes the engine; a prompt the model cannot hold is named."""
+    import json
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    from hacpo.runio import read_jsonl
+
+    tok = AutoTokenizer.from_pretrained(path)
+    style, new = settings.get("prompt_style", "compact"), settings["max_new_tokens"]
+    config = Path(path) / "config.json"
+    limit = json.loads(config.read_text()).get("max_position_embeddings") if config.is_file() else None
+    need = planned or 0
+    for name, bench in settings["benchmarks"].items():
+        for record in read_jsonl(bench["file"]):
+            n = len(prompt_ids(tok, as_problem(record), style)) + new
+            if limit is not None and n > limit:
+                raise ValueError(
+                    f"benchmark {name}: item {record.get('id')} needs {n} positions (its prompt and "
+                    f"max_new_tokens {new}); the model at {path} has {limit}: shorten the prompt format or "
+                    "lower the evaluation setting's max_new_tokens"
+                )
+            need = max(need, n)
+    return need
+
+
 def sampling_params(sampling, max_tokens: int):
     """The ``vllm.SamplingParams`` keyword arguments of one evaluation's decoding."""
     return {

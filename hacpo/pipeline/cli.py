@@ -84,9 +84,11 @@ def evaluate_setting_job(args) -> int:
             raise FileNotFoundError(f"benchmark {name}: {b['file']} does not exist (prepare the data first)")
     path = resolve_source(source)
     if args.engine == "vllm":
-        from hacpo.eval.vllm import VLLMGenerator
+        from hacpo.eval.vllm import VLLMGenerator, context_length
 
-        gen = VLLMGenerator(path, seed=args.seed, **settings.get("vllm", {}))
+        vllm = dict(settings.get("vllm", {}))
+        vllm["max_model_len"] = context_length(path, settings, vllm.get("max_model_len"))
+        gen = VLLMGenerator(path, seed=args.seed, **vllm)
     else:
         from hacpo.eval.local import LocalGenerator
 

@@ -72,3 +72,28 @@ def test_sliced_log_probs_equal_openrlhfs_actor_forward(arch):
     assert (ours[action == 0] == 0).all()
     for name, p in actor.named_parameters():
         torch.testing.assert_close(ours_grads[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_the_policy_actors_scoring_pass_slices_text_rows(capsys):
+    """``HacpoPolicyActor.forward`` (``make_experience``'s pass) takes the sliced path for text rows, which
+    OpenRLHF sends with ``mm_train_inputs_list`` = one None per row, and returns OpenRLHF's values."""
+    from types import SimpleNamespace
+
+    from openrlhf.models.actor import Actor
+
+    from hacpo.engines.openrlhf.joint import actor as joint_actor
+    from hacpo.engines.openrlhf.joint.actor import HacpoPolicyActor
+
+    actor = Actor(_model("gemma3"))
+    actor.packing_samples = False
+    seq, action, attention = _batch()
+    me = SimpleNamespace(actor=actor, strategy=SimpleNamespace(stage=2, ring_attn_group=None))
+    joint_actor._ANNOUNCED.discard("scoring")
+    with pytest.MonkeyPatch.context() as mp:  # every pass slices: a budget below one row of logits
+        import hacpo.engines.openrlhf.joint.logprobs as lp
+
+        mp.setattr(lp, "LOGITS_BUDGET", 100)
+        ours = HacpoPolicyActor.forward(me, seq, action, attention, None, [None, None])
+    assert "by the head in slices" in capsys.readouterr().out
+    with torch.no_grad():
+        torch.testing.assert_close(ours, actor(seq, action, attention_mask=attention), rtol=0, atol=1e-5)

@@ -87,6 +87,14 @@ class Layout:
         return self.root / "joint.json"
 
     @property
+    def verifier_stop(self) -> Path:  # written by the reward file when a verifier failed a whole first batch
+        return self.root / "verifier_stop.json"
+
+    @property
+    def sync_check(self) -> Path:  # each agent's weight-sync check (joint/sync_check.py)
+        return self.root / "sync_check.json"
+
+    @property
     def joint_state(self) -> Path:  # step and capability window of the newest complete joint checkpoint
         return self.root / "joint_state.json"
 

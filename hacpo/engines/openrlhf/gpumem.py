@@ -5,13 +5,16 @@ vLLM engines and DeepSpeed actors are separate Ray processes, so ``torch.cuda.ma
 one of them misses the rest. A thread samples every ``interval_s``: per device, the memory of *this job's*
 processes (this process and its descendants: the job's own Ray cluster), so that another job on a shared GPU
 is not counted; where NVML names no process of ours (a container whose PIDs NVML does not see), the device's
-used memory, and the summary says so. Host: the summed PSS of the same process tree (``peak_rss_mb``).
+used memory, and the summary says so. Host: the summed PSS of the same process tree (``peak_rss_mb``), and
+each process's own peak under its title (Ray names an actor's process ``ray::<Actor class>``), the memory
+of every actor and vLLM engine core of the job (``peak_host_mb_per_process``).
 Tables 7–8 read the busiest device's peak (``peak_gpu_mem_mb``) against ``gpu_total_mb``, else RSS.
 """
 
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 
 class MemorySampler:
@@ -28,6 +31,7 @@ class MemorySampler:
         self.process_peak_mb: dict[int, float] = {}
         self.ours_peak_mb: dict[int, float] = {}  # per device: this job's processes only
         self.peak_rss_mb = 0.0
+        self.host_peak_mb: dict[int, tuple[float, str]] = {}  # pid → (peak PSS, its title at that peak)
         self.error: str | None = None
 
     def __enter__(self) -> MemorySampler:
@@ -68,6 +72,9 @@ class MemorySampler:
         mb = 1 / 2**20
         tree = job_processes()
         self.peak_rss_mb = max(self.peak_rss_mb, sum(rss for rss in tree.values()) * mb)
+        for pid, used in tree.items():
+            if used * mb > self.host_peak_mb.get(pid, (0.0, ""))[0]:
+                self.host_peak_mb[pid] = (used * mb, process_title(pid))
         for i, h in enumerate(self._handles):
             try:
                 info = self._nvml.nvmlDeviceGetMemoryInfo(h)
@@ -87,10 +94,15 @@ class MemorySampler:
     def summary(self) -> tuple[dict, dict]:
         """(``peak_rss_mb``, ``peak_gpu_mem_mb`` of the busiest device, ``gpu_total_mb``; the per-device and
         per-process peaks and notes, for :class:`hacpo.runio.Profile`'s ``details``)."""
+        host = {
+            f"{title} (pid {pid})": round(used, 1)
+            for pid, (used, title) in sorted(self.host_peak_mb.items(), key=lambda kv: -kv[1][0])
+            if used >= HOST_PROCESS_MIN_MB
+        }
         if not self.device_peak_mb:
             note = self.error or "no GPU"
             return {"peak_rss_mb": self.peak_rss_mb, "peak_gpu_mem_mb": None, "gpu_total_mb": None}, {
-                "gpu_memory_note": note
+                "gpu_memory_note": note, "peak_host_mb_per_process": host
             }
         peaks, source = (self.ours_peak_mb, "this job's processes") if self.ours_peak_mb else (
             self.device_peak_mb,
@@ -104,7 +116,29 @@ class MemorySampler:
             "peak_gpu_mem_mb_per_device": {str(i): v for i, v in sorted(peaks.items())},
             "device_used_peak_mb": {str(i): v for i, v in sorted(self.device_peak_mb.items())},
             "peak_gpu_mem_mb_per_process": {str(p): v for p, v in sorted(self.process_peak_mb.items())},
+            "peak_host_mb_per_process": host,
         }
+
+
+HOST_PROCESS_MIN_MB = 100.0  # smaller processes (ray's own daemons, shells) are left out of the summary
+
+
+def process_title(pid: int) -> str:
+    """A process's title: Ray's ``ray::HacpoPolicyActor`` (its method suffix dropped), vLLM's
+    ``VLLM::EngineCore``, else the program and its module (``python -m …``)."""
+    import psutil
+
+    try:
+        args = psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return "?"
+    if not args:
+        return "?"
+    if args[0].startswith(("ray::", "VLLM::")):
+        return args[0].split(".", 1)[0].split(" ", 1)[0]
+    if "-m" in args[:-1]:
+        return f"{Path(args[0]).name} -m {args[args.index('-m') + 1]}"
+    return Path(args[0]).name
 
 
 def job_processes() -> dict[int, int]:

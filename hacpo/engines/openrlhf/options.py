@@ -58,6 +58,9 @@ class OpenRLHFOptions(_Strict):
     micro_rollout_batch_size: int = Field(8, ge=1)  # sequences per GPU per log-prob forward
     max_prompt_tokens: int = Field(1024, ge=1)  # the paper's 1,024 [paper]
     tensorboard: bool = True  # also the channel metrics.jsonl is read from: always written
+    # joint runs: after the last step, check every agent's weight sync on its stack (joint/sync_check.py):
+    # <run>/openrlhf/sync_check.json; a sync that did not hold fails the run
+    sync_check: bool = False
     extra_args: list[str] = []  # appended verbatim (checked by OpenRLHF's parser in CI, not here)
     eval: VllmEvalOptions = VllmEvalOptions()
 

@@ -15,8 +15,14 @@ Three promises, each tested against OpenRLHF's own loader and executor:
 - **bounded**: math-verify's signal deadlines do not work in threads, so items are verified in worker
   processes (``HACPO_REWARD_WORKERS``, default 2 per rollout actor) that are killed after ``timeout_s``;
 - **total**: OpenRLHF swallows a raising reward function and fails much later in unrelated code, so every
-  failure scores 0 and is counted in ``extra_logs["reward_error"]`` (a verifier failing on a whole first
-  batch too: here it cannot stop the run, which the runner's pre-flight import check partly makes up for).
+  failure scores 0 and is counted in ``extra_logs["reward_error"]``;
+- **a verifier that cannot work stops the run before any update**: OpenRLHF calls the reward once per
+  sample, so a verifier of your own failing on every item of the first batch shows here as the first
+  ``HACPO_VERIFIER_FIRST_BATCH`` calls of this engine all failing with no success before them
+  (:class:`hacpo.reward.custom.VerifierError` from every one). The engine then writes the error to
+  ``HACPO_VERIFIER_STOP`` and holds that call, so that the step's rollouts never complete and no update
+  runs; the runner, which watches that file, stops the job and fails the run naming the key and the error
+  (:func:`.runner.launch_subprocess`).
 
 With ``HACPO_ROLLOUT_LOG`` set (the runner sets it), every scored sample appends one line
 ``{"prompt": <sha1 of the prompt text, 16 hex>, "reward": r}`` to that file, from every engine: the record
@@ -38,6 +44,7 @@ logger = logging.getLogger("hacpo.reward.openrlhf")
 _TRAILING_SPECIALS = re.compile(r"(?:\s*(?:<\|[^<>|]{1,64}\|>|</s>|<eos>|<\|eot_id\|>))+\s*\Z")
 _scorer = None
 _scorer_lock = threading.Lock()
+_first_batch = {"failed": 0, "passed": False}  # this engine's calls before its first verifier success
 
 
 def _get_scorer():
@@ -89,11 +96,34 @@ def _log_rollouts(prompts, rewards) -> None:
         os.close(fd)
 
 
+def _first_batch_failed(err: BaseException | None) -> None:
+    """Count this engine's first calls: a verifier failing on all of the first ``HACPO_VERIFIER_FIRST_BATCH``
+    (module docstring) writes the stop file and holds this call until the runner stops the job."""
+    from hacpo.reward.custom import VerifierError
+
+    limit = int(os.environ.get("HACPO_VERIFIER_FIRST_BATCH", "0"))
+    stop = os.environ.get("HACPO_VERIFIER_STOP")
+    with _scorer_lock:
+        if _first_batch["passed"] or not (limit and stop):
+            return
+        if not isinstance(err, VerifierError):  # a success, or a failure that is not the verifier's
+            _first_batch["passed"] = err is None
+            return
+        _first_batch["failed"] += 1
+        if _first_batch["failed"] < limit:
+            return
+        from hacpo.runio import atomic_write_json
+
+        atomic_write_json(stop, {"error": str(err), "failed": _first_batch["failed"], "pid": os.getpid()})
+    logger.error("hacpo: the verifier failed on the first %d items of this engine; stopping the run", limit)
+    threading.Event().wait()  # held: the step's rollouts cannot complete; the runner ends the job
+
+
 def reward_func(queries, prompts, labels) -> dict:
     """0/1 reward per query; never raises."""
     n = len(queries) if isinstance(queries, (list, tuple)) else 0
     rewards = [0.0] * n
-    error = 0.0
+    error, failure = 0.0, None
     try:
         responses = [response_of(str(q), str(p)) for q, p in zip(queries, prompts, strict=True)]
         from hacpo.reward.custom import decode_label
@@ -104,7 +134,8 @@ def reward_func(queries, prompts, labels) -> dict:
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
         logger.warning("hacpo reward_func failed; scoring 0", exc_info=True)
-        error = 1.0
+        error, failure = 1.0, err
+    _first_batch_failed(failure)
     try:
         _log_rollouts(prompts, rewards)
     except Exception:  # noqa: BLE001 -- the record must never cost a reward

@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from hacpo.config import TrainConfig
-from hacpo.reward.custom import encode_label, load_verifier
+from hacpo.reward.custom import VerifierError, encode_label, load_verifier
 from hacpo.runio import (
     MetricsLog,
     Profile,
@@ -37,6 +37,7 @@ from hacpo.runio import (
 from . import logs
 from .command import (
     Layout,
+    agent_gpus,
     build_command,
     gpu_fraction,
     joint_agent_args,
@@ -49,6 +50,7 @@ from .options import OpenRLHFOptions
 
 OPENRLHF_VERSION = "0.11.2"
 SYNC_EVERY_S = 60.0
+STOP_POLL_S = 1.0  # how often a run with a verifier of your own looks for its stop file
 RAY_CPUS_ON_CPU = 32  # logical: Ray schedules by them, the OS shares the real cores
 Launcher = Callable[[list[str], dict, Path], int]  # (argv, env, log file) → exit code
 
@@ -275,21 +277,49 @@ def _record(cfg: TrainConfig, status: str, step: int, argv: list[str], **final) 
     )
 
 
-def launch_subprocess(argv: list[str], env: dict, log: Path, on_tick: Callable[[], object]) -> int:
+def launch_subprocess(
+    argv: list[str], env: dict, log: Path, on_tick: Callable[[], object], stop_file: Path | None = None
+) -> int:
     """Run OpenRLHF in its own process group, calling ``on_tick`` every minute (live ``metrics.jsonl``); an
-    exception here (SIGTERM from ``scancel``) stops OpenRLHF before it propagates."""
+    exception here (SIGTERM from ``scancel``) stops OpenRLHF before it propagates. ``stop_file``, once an
+    engine's reward file writes it (a verifier failing on a whole first batch, :mod:`.reward_func`), stops
+    OpenRLHF and raises :class:`VerifierError` with its error."""
     from .ray_cluster import stop_process
 
+    next_tick = time.monotonic() + SYNC_EVERY_S
     with open(log, "ab") as f:
         proc = subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             while True:
                 try:
-                    return proc.wait(timeout=SYNC_EVERY_S)
+                    return proc.wait(timeout=STOP_POLL_S if stop_file else SYNC_EVERY_S)
                 except subprocess.TimeoutExpired:
-                    on_tick()
+                    if stop_file is not None and stop_file.is_file():
+                        stop = json.loads(stop_file.read_text())
+                        raise VerifierError(
+                            f"{stop['error']}; so were the {stop['failed'] - 1} items an engine scored before"
+                        ) from None
+                    if time.monotonic() >= next_tick:
+                        on_tick()
+                        next_tick += SYNC_EVERY_S
         finally:
             stop_process(proc)
+
+
+def verifier_stop_env(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, start: int) -> dict[str, str]:
+    """A fresh run with a verifier of your own: how many failed calls in a row stop it before its first
+    update (:mod:`.reward_func`): the first step's samples one vLLM engine gets at least, the smallest share
+    of the most engines any agent has. Empty for the built-in rewards and for resumed runs (their first
+    step passed)."""
+    layout.verifier_stop.unlink(missing_ok=True)  # a previous launch's, fixed since
+    if isinstance(cfg.reward, str) or start > 0:
+        return {}
+    samples = cfg.prompts_per_step * cfg.group_size * cfg.resolved_method().rollout_multiplier
+    engines = max(1, opts.nodes * max(agent_gpus(cfg, opts)) // opts.vllm_tensor_parallel_size)
+    return {
+        "HACPO_VERIFIER_FIRST_BATCH": str(max(1, samples // engines)),
+        "HACPO_VERIFIER_STOP": str(layout.verifier_stop.resolve()),
+    }
 
 
 def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None = None) -> RunRecord:
@@ -329,6 +359,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         _record(cfg, "running", start, argv).write(cfg.out_dir)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
         env.update(reward_env(cfg))  # the reward file inside each vLLM engine scores with it
+        env.update(verifier_stop_env(cfg, opts, layout, start))
         if not joint:  # which prompts OpenRLHF trains, as its reward file sees them (check_trained_order)
             atomic_write_text(layout.rollouts, "")
             env["HACPO_ROLLOUT_LOG"] = str(layout.rollouts.resolve())
@@ -336,7 +367,14 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         on_tick = (lambda: None) if joint else (lambda: sync_logs(cfg, layout))  # joint: written live
         t0 = time.perf_counter()
         with MemorySampler() as memory:
-            rc = _run(argv, env, layout, opts, launcher, on_tick)
+            try:
+                rc = _run(argv, env, layout, opts, launcher, on_tick)
+            except VerifierError as err:  # stopped before its first update: nothing to resume
+                _record(cfg, "failed", resumable(layout), argv).write(cfg.out_dir)
+                key = "reward.function" if cfg.reward.function is not None else "reward.file"
+                why = str(err).removeprefix("reward: ")
+                why = f"{key}: {why}: the run stopped before its first update (log: {layout.log})"
+                raise VerifierError(why) from None
         wall = time.perf_counter() - t0
         rows = MetricsLog(Path(cfg.out_dir) / "metrics.jsonl").read() if joint else sync_logs(cfg, layout)
         checkpoints = collect_checkpoints(cfg, layout, final=rc == 0)
@@ -377,8 +415,9 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
 def sync_check(cfg: TrainConfig, opts: OpenRLHFOptions) -> dict:
     """Each agent's weight sync checked on its real OpenRLHF stack (:mod:`.joint.sync_check`): vLLM's
     log-probs against the actor's with the weights loaded, after an update before the sync, and after it.
-    ``cfg``: a joint run's config (its models, lengths, lr); its ``out_dir`` takes the scratch files and
-    ``sync_check.json``. Raises, naming the log, when the check could not run; returns the report (each
+    ``cfg``: a joint run's config (its models, lengths); its ``out_dir`` takes the scratch files and
+    ``openrlhf/sync_check.json``. ``openrlhf: {sync_check: true}`` runs the same check at the end of a joint
+    run instead. Raises, naming the log, when the check could not run; returns the report (each
     agent's ``holds``)."""
     check_installed()
     opts.check_device()
@@ -388,9 +427,9 @@ def sync_check(cfg: TrainConfig, opts: OpenRLHFOptions) -> dict:
     layout.root.mkdir(parents=True, exist_ok=True)
     write_inputs(cfg, layout)
     write_joint_spec(cfg, opts, layout)
-    out = Path(cfg.out_dir) / "sync_check.json"
+    out = layout.sync_check
     module = "hacpo.engines.openrlhf.joint.sync_check"
-    argv = [*program(opts), module, str(layout.joint_spec.resolve()), str(out)]
+    argv = [*program(opts), module, str(layout.joint_spec.resolve()), str(out.resolve())]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **reward_env(cfg)}
     rc = _run(argv, env, layout, opts, None, lambda: None)
     if not out.is_file():
@@ -423,6 +462,7 @@ def write_joint_spec(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout) ->
         "argv": {a.name: joint_agent_args(cfg, opts, layout, k) for k, a in enumerate(cfg.agents)},
         "shared_gpus": opts.agent_gpus is None,
         "state": str(layout.joint_state.resolve()),
+        "sync_check": str(layout.sync_check.resolve()) if opts.sync_check else None,
     }
     atomic_write_json(layout.joint_spec, spec)
 
@@ -434,5 +474,6 @@ def _run(argv, env, layout: Layout, opts: OpenRLHFOptions, launcher, on_tick) ->
 
     # On CPU the GPUs are logical (Ray places actors by them) and so are the CPUs: every actor gets one
     cpus = RAY_CPUS_ON_CPU if opts.cpu else None
+    stop = layout.verifier_stop if "HACPO_VERIFIER_STOP" in env else None
     with terminate_on_sigterm(), ray_cluster(num_gpus=opts.gpus_per_node, num_cpus=cpus) as address:
-        return launch_subprocess(argv, {**env, "RAY_ADDRESS": address}, layout.log, on_tick)
+        return launch_subprocess(argv, {**env, "RAY_ADDRESS": address}, layout.log, on_tick, stop)

@@ -185,7 +185,8 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
         """OpenRLHF's scoring pass (``make_experience``: own rows, and cross rows for Naive's old
         log-probs), with a real vocabulary's head applied in slices (:mod:`.logprobs`)."""
         head = None
-        if action_mask is not None and not mm_train_inputs_list and self.strategy.ring_attn_group is None:
+        multimodal = any(m for m in mm_train_inputs_list or ())  # OpenRLHF passes one None per text row
+        if action_mask is not None and not multimodal and self.strategy.ring_attn_group is None:
             head = sliced_head(self.actor, sequences.numel(), self.strategy.stage)
         _announce("scoring", head, sequences)
         if head is None:
@@ -201,6 +202,11 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
         finally:
             self.actor.train()
         return logp.to("cpu")
+
+    def set_lr(self, lr: float) -> None:
+        """The next optimizer step's learning rate (the scheduler sets its own again after that step)."""
+        for group in self.actor_optim.param_groups:
+            group["lr"] = lr
 
     def fit_step(self, step: int) -> dict:
         """OpenRLHF's ``fit`` for the run's ``step`` (the mini-batch order's seed: a resumed run, whose

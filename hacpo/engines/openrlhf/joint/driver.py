@@ -178,7 +178,7 @@ class HacpoController(BasePPOTrainer):
         super().__init__(
             first["strategy"], first["actor"], None, None, first["ref"], first["engines"], stacks[0].tokenizer
         )
-        self.cfg = TrainConfig.model_validate(spec["config"])
+        self.cfg, self.spec = TrainConfig.model_validate(spec["config"]), spec
         self.loop = JointLoop(self.cfg, stacks, Path(spec["state"]))
 
     def save_logs_and_checkpoints(self, global_step: int, logs_dict=None, client_states=None) -> None:
@@ -190,7 +190,15 @@ class HacpoController(BasePPOTrainer):
         if start:  # the engines hold the initial weights: give them the resumed ones
             for stack in self.loop.stacks:
                 stack.sync()
-        return self.loop.run()
+        steps = self.loop.run()
+        if self.spec.get("sync_check"):  # after save_model: the check's update never reaches saved weights
+            from .sync_check import check_stacks
+
+            report = check_stacks(self.loop.stacks, self.cfg, self.spec["sync_check"])
+            failed = [name for name, r in report.items() if not r["holds"]]
+            if failed:
+                raise RuntimeError(f"the weight sync did not hold for {failed}: {self.spec['sync_check']}")
+        return steps
 
 
 def openrlhf_worker_env() -> dict[str, str]:

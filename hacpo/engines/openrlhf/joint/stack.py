@@ -189,6 +189,11 @@ class OpenRLHFStack:
                 ray.get(group.async_run_method(method_name="offload_states"))
         return merge_rank_updates(statuses[:: group.duplicate_actors])
 
+    def set_lr(self, lr: float) -> None:
+        """The learning rate of this agent's next optimizer step (the run's constant schedule restores its
+        own after it): the weight-sync check's update (:mod:`.sync_check`)."""
+        ray.get(self.actor_group.async_run_method(method_name="set_lr", lr=lr))
+
     def sync(self) -> None:
         for call in sync_calls(self.args.vllm.enable_sleep, self.sleep_after_sync):
             if call == "broadcast":

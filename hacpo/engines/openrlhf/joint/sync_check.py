@@ -6,14 +6,18 @@ of the run, on its real OpenRLHF stack (:func:`.driver.build_parts`):
 
 1. vLLM samples the first prompts; the actor scores the same tokens: ``loaded``, the gap between vLLM's
    log-probs and the actor's (:func:`.rows.engine_gap`) with both holding the weights read from disk;
-2. one real update of the actor (HACPO's trainer, rewards replaced by 0/1 alternating in each group so that
-   every advantage is ±1 and the policy moves), then vLLM samples again *before* any sync: ``stale``, the
-   gap a sync that moved nothing would leave;
+2. one real update of the actor (HACPO's trainer at lr :data:`CHECK_LR`, rewards replaced by 0/1
+   alternating in each group so that every advantage is ±1 and the policy moves), then vLLM samples again
+   *before* any sync: ``stale``, the gap a sync that moved nothing would leave;
 3. the weight sync (``broadcast_to_vllm``), vLLM samples again: ``synced``.
 
 The sync holds when ``synced`` is rounding (``synced.mean`` within ``tolerance`` of ``loaded.mean``) while
 ``stale`` is well above it: the check can tell a sync that did not happen, or missed a tensor shared by
 every token (a tied embedding, a kind of attention layer), from one that did.
+
+``openrlhf: {sync_check: true}`` runs it at the end of a joint run, on the run's own stacks, after the
+final model is saved (:class:`.driver.HacpoController`): the check's update changes the actors, never
+the saved weights.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from .controller import assign_prompt_ids
 
 # The synced gap may exceed the loaded one by this much (nats, mean over response tokens): bf16 actors
 # against vLLM's fp32 engines differ by rounding alone, about 1e-2 (docs/openrlhf.md, "Weight sync").
-TOLERANCE = 0.01
+TOLERANCE = 0.03
 STALE_FACTOR = 3.0  # an update must move the log-probs ≥ 3× the synced gap for the check to mean anything
+CHECK_LR = 2e-4  # the check's one update, whatever the run's lr: large enough to move the log-probs
 
 
 def _sample_and_score(stack, texts, labels, n: int, seed: int):
@@ -55,6 +60,7 @@ def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: 
         row.rewards = torch.full_like(row.rewards, float(i % 2), dtype=torch.float32)
     R.mark_own(scored, k, pids)
     R.assign_advantages(scored, k, n_agents, torch.ones(n_agents, n_agents), cfg.resolved_method())
+    stack.set_lr(CHECK_LR)
     updates = stack.train(scored, 0)
     stale = R.engine_gap(_sample_and_score(stack, texts, labels, n, seed + 1)[0])
     stack.sync()
@@ -69,11 +75,19 @@ def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: 
     }  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    import ray
-
+def check_stacks(stacks, cfg: TrainConfig, out: str | Path) -> dict:
+    """Every agent's check (:func:`check_agent`) on the run's first prompts, written to ``out``."""
     from hacpo.engines.local.trainer import read_problems
     from hacpo.runio import atomic_write_json
+
+    problems = read_problems(cfg.train_file)[: cfg.prompts_per_step]
+    report = {s.name: check_agent(s, k, len(stacks), problems, cfg) for k, s in enumerate(stacks)}
+    atomic_write_json(out, report)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    import ray
 
     from .driver import build_parts, make_stacks, openrlhf_worker_env
 
@@ -86,10 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ray.is_initialized():
         ray.init(runtime_env={"env_vars": openrlhf_worker_env()})
     cfg = TrainConfig.model_validate(spec["config"])
-    stacks = make_stacks(spec, build_parts(spec))
-    problems = read_problems(cfg.train_file)[: cfg.prompts_per_step]
-    report = {s.name: check_agent(s, k, len(stacks), problems, cfg) for k, s in enumerate(stacks)}
-    atomic_write_json(argv[1], report)
+    report = check_stacks(make_stacks(spec, build_parts(spec)), cfg, argv[1])
     print(json.dumps(report, indent=1), flush=True)
     return 0 if all(r["holds"] for r in report.values()) else 1
 
