@@ -30,11 +30,23 @@ done
 [ -f "$config" ] || { echo "rehearse: no config file $config" >&2; exit 2; }
 workdir=results/rehearsal/$(basename "$config" .yaml)
 mkdir -p "$workdir"
+smk=(--snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2)
+# Pretrained models (`source:` entries) are imported by the project venv: OpenRLHF's transformers 5.15.0
+# converts their GGUF tokenizers wrongly (hacpo.agents.sources); the per-machine cache then serves this venv.
+if grep -qE '^[[:space:]]+source:' "$config"; then
+  if [ ! -x .venv/bin/snakemake ]; then
+    echo "rehearse: $config imports pretrained models with the project venv (.venv); make it first:" >&2
+    echo "  EXTRAS=dev,models bash scripts/setup_env.sh" >&2
+    exit 2
+  fi
+  dry=()
+  for a in "${args[@]}"; do [[ $a == -n || $a == --dry-run || $a == --dryrun ]] && dry=(-n); done
+  .venv/bin/snakemake "${smk[@]}" --until import_model "${dry[@]}"
+fi
 export PATH="$PWD/.venv-rehearsal/bin:$PATH"
 # Two jobs at a time: a job is mostly start-up (Ray, vLLM, DeepSpeed), so the two cores overlap them. Two
 # logical GPUs: a job asking for both (two data-parallel ranks, ≈ 18 GB of processes) then runs alone.
 # --retries 1: two jobs starting at once can race for the same free port in OpenRLHF's distributed set-up
 # (EADDRINUSE in a ReferenceModelActor, seen once in CI on 2026-12-02); the failed job runs once more,
 # resuming from its checkpoints, as the SLURM profile's retries do for node failures.
-exec snakemake --snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2 \
-  --resources gpu="$gpus" --retries 1 "${args[@]}"
+exec snakemake "${smk[@]}" --resources gpu="$gpus" --retries 1 "${args[@]}"

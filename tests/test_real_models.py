@@ -55,6 +55,27 @@ def test_the_imported_pair_is_what_the_paper_setting_needs(real_models, loaded):
         )
 
 
+def test_a_tokenizer_converted_wrongly_from_gguf_stops_the_import_naming_the_difference(real_models, loaded):
+    """hacpo.agents.sources.check_gguf_tokenizer: each imported tokenizer agrees with its GGUF's metadata
+    (EOS, BOS, whether it adds BOS, vocabulary); one that does not (as transformers 5.15.0, OpenRLHF's pin,
+    converts SmolLM2's EOS and Gemma-3's BOS) stops the import naming the key and each difference."""
+    import copy
+    from pathlib import Path
+
+    from hacpo.agents.sources import check_gguf_tokenizer, gguf_tokenizer_facts
+
+    files = {n: Path(json.loads((real_models[n] / MANIFEST).read_text())["source_file"]) for n in real_models}
+    assert gguf_tokenizer_facts(files["smollm2"]) == {"eos": 2, "bos": 1, "add_bos": False, "tokens": 49152}
+    assert gguf_tokenizer_facts(files["gemma3"]) == {"eos": 1, "bos": 2, "add_bos": True, "tokens": 262144}
+    for name, (_, tok) in loaded.items():
+        check_gguf_tokenizer(tok, files[name], f"models.{name}")  # the import's own tokenizer passes
+    wrong = copy.deepcopy(loaded["smollm2"][1])
+    wrong.eos_token = "<|im_start|>"  # what 5.15.0 makes of SmolLM2's
+    message = r"models.smollm2.source: transformers .* wrongly \(eos 1 where the GGUF says 2\)"
+    with pytest.raises(ValueError, match=message):
+        check_gguf_tokenizer(wrong, files["smollm2"], "models.smollm2")
+
+
 def _problems(n: int):
     from hacpo.data.synthetic import make_splits
 

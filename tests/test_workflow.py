@@ -215,16 +215,20 @@ def test_one_gpu_dag_needs_the_downloaded_models_and_asks_one_gpu_per_job(tmp_pa
 
 def test_rehearsal_dags_have_the_papers_shape_on_cpu(tmp_path):
     """config/rehearsal.yaml (CI runs its twin, config/rehearsal-ci.yaml, for real): every method of Tables
-    1–3 and the ablations, two pairs and a 3-agent run, all with engine: openrlhf behind the CPU launcher."""
+    1–3 and the ablations, two pairs and a 3-agent run, all with engine: openrlhf behind the CPU launcher;
+    config/rehearsal-real.yaml: the real pair's imports, GSPO on each, joint HACPO, six evaluations."""
     full = job_counts(ROOT / "config" / "rehearsal.yaml", tmp_path / "full")
     # figures: 2 and 3, and the cross rows inside the stepwise clip by update (issue 25)
     assert (full["train"], full["evaluate"], full["table"], full["figure"]) == (27, 35, 10, 3)
     ci = job_counts(ROOT / "config" / "rehearsal-ci.yaml", tmp_path / "ci")
-    assert (ci["train"], ci["evaluate"], ci["table"], ci["figure"]) == (5, 10, 7, 2)
+    assert (ci["train"], ci["evaluate"], ci["table"], ci["figure"]) == (4, 8, 6, 2)
     out = run([*SNAKEMAKE, "-n", "-p", "--configfile", str(ROOT / "config" / "rehearsal-ci.yaml"),
                "--directory", str(tmp_path / "ci")]).stdout  # fmt: skip
-    assert out.count("--engine openrlhf") == 5 and out.count("--engine vllm") == 10
-    assert out.count('"cpu":true') >= 15  # every training run and evaluation on the CPU stack
+    assert out.count("--engine openrlhf") == 4 and out.count("--engine vllm") == 8
+    assert out.count('"cpu":true') >= 12  # every training run and evaluation on the CPU stack
+    # the real pretrained pair on the stack (CI runs its joint run and that run's evaluations)
+    real = job_counts(ROOT / "config" / "rehearsal-real.yaml", tmp_path / "real")
+    assert (real["import_model"], real["train"], real["evaluate"], real["table"]) == (2, 3, 6, 3)
 
 
 def test_rehearsal_without_its_venv_says_how_to_make_it(tmp_path):

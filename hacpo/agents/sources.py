@@ -13,9 +13,11 @@ Beside the tiny agents that ``hacpo build-agent`` makes, a ``models:`` entry may
 chat template of the entry's prompt format (:mod:`hacpo.agents.formats`), a ``generation_config.json`` whose
 ``eos_token_id`` lists every stop id, and ``hacpo-model.json`` (the manifest: source, its SHA-256, format,
 stop ids, versions). GGUF goes through transformers' own loader (``gguf``, ``accelerate``: the ``models``
-extra), which dequantizes to fp32. Imports are cached per machine under ``$HACPO_MODEL_CACHE`` (default
-``~/.cache/hacpo/models``) by the source's SHA-256 and the format, and written atomically; a second import
-of the same source links the cached files (seconds).
+extra), which dequantizes to fp32; the converted tokenizer is then held to the GGUF's own metadata (EOS,
+BOS and whether it is added, vocabulary size), since older transformers convert some wrongly (OpenRLHF's pin,
+5.15.0: SmolLM2's EOS, Gemma-3's BOS and one of its 262,144 tokens). Imports are cached per machine under
+``$HACPO_MODEL_CACHE`` (default ``~/.cache/hacpo/models``) by the source's SHA-256 and the format, and
+written atomically; a second import of the same source links the cached files (seconds).
 
 A new kind of source is one more class in :data:`SOURCES` with ``resolve()`` (the local files) and, where it
 declares one, ``license``.
@@ -37,7 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from hacpo.agents.formats import get_format
 from hacpo.runio import atomic_dir, atomic_write_json, sha256_file
 
-IMPORTER_VERSION = 1  # bump when the imported directory changes for the same source and format
+IMPORTER_VERSION = 2  # bump when the imported directory changes for the same source and format
+# 2: the GGUF tokenizer checked against its metadata (entries of 1 may hold transformers 5.15's conversion)
 MANIFEST = "hacpo-model.json"
 EXTRA = "pip install -e '.[models]' (see scripts/setup_env.sh: EXTRAS=dev,models)"
 
@@ -211,6 +214,8 @@ def _convert(source, path: Path, sha: str, prompt_format: str, dest: Path, key: 
             f"{key}.prompt_format: the model has no chat template (a base model): name a prompt format, "
             f"e.g. `prompt_format: few_shot` (docs/extending.md, 'A model source')"
         )
+    if where:
+        check_gguf_tokenizer(tok, path, key)
     bos = tok.bos_token if _adds_bos(tok) else ""
     template = fmt.chat_template(bos)
     if template is not None:
@@ -250,6 +255,38 @@ def _convert(source, path: Path, sha: str, prompt_format: str, dest: Path, key: 
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         atomic_write_json(tmp / MANIFEST, manifest)
+
+
+def gguf_tokenizer_facts(path: Path) -> dict:
+    """What a GGUF file says of its tokenizer: ``eos``, ``bos`` (ids), ``add_bos``, ``tokens`` (count); a key
+    the file leaves out is left out."""
+    from gguf import GGUFReader
+
+    fields = GGUFReader(path).fields
+    names = {"eos": "tokenizer.ggml.eos_token_id", "bos": "tokenizer.ggml.bos_token_id",
+             "add_bos": "tokenizer.ggml.add_bos_token"}  # fmt: skip
+    facts = {k: fields[n].contents() for k, n in names.items() if n in fields}
+    if "tokenizer.ggml.tokens" in fields:
+        facts["tokens"] = len(fields["tokenizer.ggml.tokens"].data)
+    return facts
+
+
+def check_gguf_tokenizer(tok, path: Path, key: str) -> None:
+    """The tokenizer transformers converted from ``path`` agrees with the GGUF's metadata, or the import
+    stops naming each difference and the fix (a converted tokenizer that stops at another token, or starts
+    prompts without their BOS, trains and evaluates a different model without any error)."""
+    import transformers
+
+    facts = gguf_tokenizer_facts(path)
+    got = {"eos": tok.eos_token_id, "bos": tok.bos_token_id, "add_bos": _adds_bos(tok), "tokens": len(tok)}
+    wrong = [f"{k} {got[k]!r} where the GGUF says {v!r}" for k, v in facts.items() if got[k] != v]
+    if wrong:
+        raise ValueError(
+            f"{key}.source: transformers {transformers.__version__} converts this GGUF's tokenizer wrongly "
+            f"({'; '.join(wrong)}): import it with a newer transformers (5.25 converts both shipped models "
+            "right), e.g. the project venv's `.venv/bin/hacpo import-model`; the per-machine cache then "
+            "serves every venv (scripts/rehearse.sh imports with .venv for this reason)"
+        )
 
 
 def _adds_bos(tok) -> bool:

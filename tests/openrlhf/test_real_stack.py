@@ -212,3 +212,44 @@ def test_failure_report_names_the_failing_actor_and_the_log(tmp_path):
     assert f"full log: {log}" in text and "resumes from step 2" in text
     log.write_text("nothing useful\n")
     assert failure_report(log, 3, 0).startswith("OpenRLHF failed in the driver: exit status 3")
+
+
+def test_a_verifier_failing_the_whole_first_batch_stops_openrlhfs_own_trainer_before_any_update(
+    vllm_agents, toy_data, tmp_path
+):
+    """Issue 37 on OpenRLHF's ``train_ppo_ray``: the reward hook calls the verifier once per sample in each
+    vLLM engine; when the first step's samples of an engine all fail, the run stops before its first update
+    and fails naming the config key and the verifier's error, leaving run.json ``failed`` and no
+    checkpoint; the job's processes are gone (its Ray cluster with them)."""
+    import psutil
+
+    from hacpo.engines.openrlhf.command import Layout
+    from hacpo.engines.openrlhf.runner import train
+    from hacpo.reward.custom import VerifierError
+    from hacpo.runio import RunRecord
+
+    verifier = ROOT / "tests" / "fixtures" / "verifiers.py"
+    cfg = TrainConfig.model_validate(
+        {
+            "method": "gspo", "agents": [{"name": "llama", "path": str(vllm_agents["llama"])}],
+            "train_file": str(toy_data / "train.jsonl"), "out_dir": str(tmp_path / "run"),
+            "steps": 2, "prompts_per_step": 4, "group_size": 4, "minibatch_size": 8, "max_new_tokens": 13,
+            "checkpoint_every": 1, "reward": {"file": str(verifier), "name": "always_raises"},
+            "openrlhf": {
+                "cpu": True, "gpus_per_node": 1, "max_prompt_tokens": 64, "micro_train_batch_size": 4,
+                "gradient_checkpointing": False, "vllm_gpu_memory_utilization": 0.1, "tensorboard": True,
+            },
+        }
+    )  # fmt: skip
+    t0 = time.monotonic()
+    with pytest.raises(VerifierError) as err:
+        train(cfg, cfg.openrlhf)
+    message = str(err.value)
+    print(message, f"({time.monotonic() - t0:.0f} s)")
+    assert message.startswith("reward.file: the verifier") and "this verifier is broken" in message
+    assert "so were the 15 items" in message and "before its first update" in message
+    layout = Layout(tmp_path / "run")
+    assert json.loads(layout.verifier_stop.read_text())["failed"] == 16  # 4 prompts × 4 samples, 1 engine
+    assert RunRecord.read(tmp_path / "run").status == "failed"
+    assert not list((tmp_path / "run" / "checkpoints").glob("*/step-*"))
+    assert not any("RolloutRayActor" in " ".join(p.cmdline()) for p in psutil.Process().children(True))

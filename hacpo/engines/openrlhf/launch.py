@@ -23,8 +23,9 @@ CPU_FLAG_ENV = "HACPO_OPENRLHF_CPU"  # "1" in every process of a CPU rehearsal r
 SETUP_HOOK = "hacpo.engines.openrlhf.launch.setup_process"
 # The driver's variables its Ray workers need: the project where it is not installed, the reward file's knobs
 FORWARDED_ENV = (
-    "PYTHONPATH", "HACPO_ROLLOUT_LOG", "HACPO_REWARD", "HACPO_REWARD_WORKERS", "HACPO_REWARD_TIMEOUT_S"
-)
+    "PYTHONPATH", "HACPO_ROLLOUT_LOG", "HACPO_REWARD", "HACPO_REWARD_WORKERS", "HACPO_REWARD_TIMEOUT_S",
+    "HACPO_VERIFIER_FIRST_BATCH", "HACPO_VERIFIER_STOP",
+)  # fmt: skip
 FORWARDED_PREFIXES = ("WANDB_",)  # the actor that logs to W&B: key, mode, folder, run id (logging.wandb)
 
 
