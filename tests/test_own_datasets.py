@@ -112,8 +112,63 @@ def test_a_workflow_dataset_of_your_own_is_checked_before_any_job_and_written_by
         ({"synthetic": {"families": ["add2"], "split": "train"}, "fields": FIELDS}, "`fields:` maps"),
         ({"local": "d.jsonl", "fields": {"question": "q"}}, "Extra inputs"),
         ({"local": "d.jsonl", "file": "x.jsonl"}, "`file:` only applies"),
+        ({"hub": {"repo": "org/name", "revision": "main", "split": "test"}}, r"hub\.revision"),
+        ({"hub": {"repo": "no-slash", "revision": "a" * 40}}, r"hub\.repo"),
     ],
 )
 def test_a_dataset_entry_is_checked(tmp_path, entry, message):
     with pytest.raises(ValueError, match=message):
         Pipeline(_ci_config(tmp_path, **entry))
+
+
+REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+class FakeHub:
+    """``datasets`` as ``hacpo.data.own`` calls it: ``load_dataset(repo, config, split=, revision=)``."""
+
+    def __init__(self, rows):
+        self.rows, self.calls = rows, []
+
+    def load_dataset(self, repo, config, *, split, revision):
+        self.calls.append((repo, config, split, revision))
+        if revision != REVISION:
+            raise FileNotFoundError(f"Revision {revision} not found")
+        return list(self.rows)
+
+
+def test_a_hub_dataset_of_your_own_is_read_at_its_commit_once_then_from_the_data_cache(tmp_path, monkeypatch):
+    """``hub: {repo, revision, split, config}``: read with ``datasets.load_dataset`` at the pinned commit
+    before any job, kept as JSONL in the data cache, normalised like a local file (metadata kept); offline,
+    the cached copy is read, and without one the error names the key and where to put it. The Hub itself is
+    not reachable here: ``datasets`` is replaced by a stand-in that checks the call."""
+    hub = FakeHub(ROWS)
+    monkeypatch.setitem(sys.modules, "datasets", hub)
+    monkeypatch.setenv("HACPO_DATA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    entry = {"repo": "org/countdown", "revision": REVISION, "split": "test", "config": "small"}
+    pipe = Pipeline(_ci_config(tmp_path, hub=entry, fields=FIELDS))
+    pipe.check_own_datasets()
+    assert hub.calls == [("org/countdown", "small", "test", REVISION)]
+    cached = tmp_path / "cache" / "own" / f"org__countdown@{REVISION}-small-test.jsonl"
+    assert read_jsonl(cached) == ROWS and pipe.dataset_inputs("mine") == []
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")  # the cached copy serves offline, without a call
+    rows, path = own.load_entry({"hub": entry, "fields": FIELDS}, "mine", "datasets.mine")
+    assert path == cached and len(hub.calls) == 1
+    got = [(r["id"], r["answer"], r["metadata"]["nums"]) for r in rows]
+    assert got == [("q1", "10", [2, 5]), ("q2", "7", [3, 4])]
+    assert json.loads(pipe.dataset_params("mine"))["hub"]["revision"] == REVISION  # a new commit reruns prep
+    out, manifest = tmp_path / "out" / "mine.jsonl", tmp_path / "out" / "mine.manifest.json"
+    subprocess.run([sys.executable, "-m", "hacpo.cli", "data", "--name", "mine", "--spec",
+                    pipe.dataset_params("mine"), "--out", str(out), "--manifest", str(manifest)],
+                   check=True, cwd=ROOT)  # fmt: skip  (the prepare_data job: offline, from the cache)
+    assert read_jsonl(out) == rows and json.loads(manifest.read_text())["kind"] == "hub"
+    missing = {**entry, "split": "train"}
+    offline = r"datasets\.mine\.hub: org/countdown@0123456789ab \(train\) is not in the data cache "
+    with pytest.raises(own.DatasetError, match=offline + r".* put its records at .*-small-train\.jsonl"):
+        own.load_entry({"hub": missing}, "mine", "datasets.mine")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE")
+    other = {**entry, "revision": "f" * 40}
+    with pytest.raises(ValueError, match=r"datasets\.mine\.hub: .* could not be read: FileNotFoundError"):
+        Pipeline(_ci_config(tmp_path, hub=other, fields=FIELDS)).check_own_datasets()

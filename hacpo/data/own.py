@@ -1,11 +1,19 @@
-"""Datasets of your own: a local JSONL, Parquet or CSV file and a field mapping, normalised into the records
-every engine reads (``id``, ``problem``, ``answer``, ``family``, ``metadata``).
+"""Datasets of your own: a local JSONL, Parquet or CSV file, or a Hub dataset at a pinned revision, and a
+field mapping, normalised into the records every engine reads (``id``, ``problem``, ``answer``, ``family``,
+``metadata``).
 
 A workflow ``datasets:`` entry::
 
     my_train:
       local: data/my_train.parquet        # .jsonl, .parquet (pyarrow) or .csv, by its extension
       fields: {problem: question, answer: solution, id: uid}   # id: optional (default: a hash of the problem)
+    my_test:
+      hub: {repo: org/name, revision: <40-hex commit>, split: test, config: null}   # the Hub, where reachable
+      fields: {problem: question, answer: solution}
+
+A Hub dataset is read once with ``datasets.load_dataset`` at its commit and kept as JSONL in the data cache
+(``$HACPO_DATA_CACHE``, default ``~/.cache/hacpo/datasets``, under ``own/``): offline, or without the Hub,
+that copy is what is read (put one there by hand to run offline), and without it the error names the file.
 
 Every other field of a record is kept in its ``metadata`` (a record's own ``metadata`` object is merged in),
 which is what a custom verifier receives (:mod:`hacpo.reward.custom`). :func:`load` reads and normalises
@@ -29,6 +37,23 @@ FORMATS = {".jsonl": "jsonl", ".parquet": "parquet", ".csv": "csv"}
 
 class DatasetError(ValueError):
     """A dataset of your own that cannot be used as it is; the message names the key path and the fix."""
+
+
+class HubDataset(BaseModel):
+    """A Hub dataset at a pinned commit: ``repo`` (``org/name``), ``revision`` (40 hex digits: a branch or
+    tag moves, and the runs that read it would change without their identity changing), ``split``,
+    ``config`` (the dataset's subset, where it has several)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
+    split: str = "train"
+    config: str | None = None
+
+    def cache_file(self, cache: Path) -> Path:
+        subset = f"-{self.config}" if self.config else ""
+        return cache / "own" / f"{self.repo.replace('/', '__')}@{self.revision}{subset}-{self.split}.jsonl"
 
 
 class FieldMap(BaseModel):
@@ -114,3 +139,42 @@ def load(path: str | Path, fields: FieldMap | dict | None, name: str, key: str) 
     """Read and normalise one dataset of your own (``key``: its config path, for the errors)."""
     fields = fields if isinstance(fields, FieldMap) else FieldMap(**(fields or {}))
     return normalise(read_records(path, key), fields, name, key)
+
+
+def hub_file(hub: HubDataset | dict, key: str, cache: str | Path | None = None) -> Path:
+    """The Hub dataset's JSONL copy in the data cache, downloaded at its revision when not there yet."""
+    from hacpo.data.prepare import _jsonl_bytes, _offline_env, default_cache_dir
+    from hacpo.runio import atomic_write_bytes
+
+    hub = hub if isinstance(hub, HubDataset) else HubDataset(**hub)
+    target = hub.cache_file(Path(cache) if cache is not None else default_cache_dir())
+    if target.is_file():
+        return target
+    where = f"{hub.repo}@{hub.revision[:12]} ({hub.split})"
+    if _offline_env():
+        raise DatasetError(
+            f"{key}.hub: {where} is not in the data cache and HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set: "
+            f"put its records at {target} (JSONL) or unset it"
+        )
+    try:
+        import datasets
+    except ImportError:
+        need = "reading the Hub needs the `datasets` package: pip install 'hacpo[data]'"
+        raise DatasetError(f"{key}.hub: {need}") from None
+    try:
+        ds = datasets.load_dataset(hub.repo, hub.config, split=hub.split, revision=hub.revision)
+        rows = [dict(r) for r in ds]
+    except Exception as err:  # network, auth, a revision or split that does not exist
+        raise DatasetError(
+            f"{key}.hub: {where} could not be read: {type(err).__name__}: {err} (offline: put its records "
+            f"at {target})"
+        ) from err
+    atomic_write_bytes(target, _jsonl_bytes(rows, False))
+    return target
+
+
+def load_entry(entry: dict, name: str, key: str, cache: str | Path | None = None) -> tuple[list[dict], Path]:
+    """A ``local:`` or ``hub:`` dataset entry (as the workflow config gives it) normalised, and the file read
+    (the local file, or the Hub dataset's cached copy)."""
+    path = Path(entry["local"]) if entry.get("local") is not None else hub_file(entry["hub"], key, cache)
+    return load(path, entry.get("fields"), name, key), path

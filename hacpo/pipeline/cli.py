@@ -19,13 +19,15 @@ def write_dataset(args) -> int:
 
     spec = json_arg(args.spec, "--spec")
     name = args.name or Path(args.out).name.removesuffix(".gz").removesuffix(".jsonl")
-    if "local" in spec:
+    if "local" in spec or "hub" in spec:
         from hacpo.data import own
         from hacpo.data.synthetic import write_jsonl
 
-        rows = own.load(spec["local"], spec.get("fields"), name, f"datasets.{name}")[: spec.get("limit")]
+        rows, path = own.load_entry(spec, name, f"datasets.{name}", args.cache)
+        rows = rows[: spec.get("limit")]
         write_jsonl(args.out, rows)
-        entry = {"kind": "local", **spec, "count": len(rows), "source_sha256": sha256_file(spec["local"])}
+        kind = "local" if "local" in spec else "hub"
+        entry = {"kind": kind, **spec, "count": len(rows), "source_sha256": sha256_file(path)}
     elif "synthetic" in spec:
         from hacpo.data.synthetic import make_splits, write_jsonl
 

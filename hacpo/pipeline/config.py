@@ -21,7 +21,7 @@ from pydantic import (
 
 from hacpo.algo import HACPO_KNOBS, get_method
 from hacpo.config import Alpha, CrossClipLow, DeltaStep, RunLogging
-from hacpo.data.own import FieldMap
+from hacpo.data.own import FieldMap, HubDataset
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.eval.run import Decoding
 from hacpo.reward.custom import CustomReward
@@ -91,13 +91,15 @@ class Synthetic(_Strict):
 
 class Dataset(_Strict):
     """One data file ``results/data/<name>.jsonl``: synthetic problems, a registry dataset (issue 5), or a
-    file of your own (``local:`` JSONL, Parquet or CSV, with its ``fields:`` mapping; :mod:`hacpo.data.own`).
+    dataset of your own (``local:`` JSONL, Parquet or CSV, or ``hub:`` at a pinned revision, with its
+    ``fields:`` mapping; :mod:`hacpo.data.own`).
     """
 
     synthetic: Synthetic | None = None
     registry: str | None = None  # a name of hacpo.data.registry (e.g. math500)
     local: str | None = None  # a file of your own; every field not mapped is kept as the record's metadata
-    fields: FieldMap | None = None  # `local:` only: {problem: …, answer: …, id: …} (defaults: the same names)
+    hub: HubDataset | None = None  # a Hub dataset of your own: {repo, revision (a commit), split, config}
+    fields: FieldMap | None = None  # local:/hub:: {problem: …, answer: …, id: …} (defaults: the same names)
     file: str | None = None  # optional local copy of a registry dataset (skips the Hub)
     check_count: bool = True  # registry datasets: the canonical record count (false for a deliberate subset)
     limit: int | None = Field(None, ge=1)  # registry and local datasets: keep the first N records
@@ -113,14 +115,14 @@ class Dataset(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self):
-        if sum(x is not None for x in (self.synthetic, self.registry, self.local)) != 1:
-            raise ValueError("give exactly one of `synthetic:`, `registry:` or `local:`")
+        if sum(x is not None for x in (self.synthetic, self.registry, self.local, self.hub)) != 1:
+            raise ValueError("give exactly one of `synthetic:`, `registry:`, `local:` or `hub:`")
         if self.file and self.registry is None:
             raise ValueError("`file:` only applies to `registry:` datasets (a file of your own is `local:`)")
         if self.limit and self.synthetic is not None:
-            raise ValueError("`limit:` applies to `registry:` and `local:` datasets")
-        if self.fields is not None and self.local is None:
-            raise ValueError("`fields:` maps the fields of a `local:` file")
+            raise ValueError("`limit:` applies to `registry:`, `local:` and `hub:` datasets")
+        if self.fields is not None and self.local is None and self.hub is None:
+            raise ValueError("`fields:` maps the fields of a `local:` file or a `hub:` dataset")
         return self
 
 

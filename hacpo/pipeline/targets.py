@@ -95,15 +95,16 @@ class Pipeline:
             raise ValueError("\n".join(errs))
 
     def check_own_datasets(self) -> None:
-        """Every ``local:`` dataset read and normalised before any job: a missing or empty file, a record
-        without a mapped field, or a duplicate id is named with its key path (:mod:`hacpo.data.own`)."""
+        """Every ``local:`` and ``hub:`` dataset read and normalised before any job (a Hub one downloaded
+        into the data cache, once): a missing or empty file, a record without a mapped field, or a duplicate
+        id is named with its key path (:mod:`hacpo.data.own`)."""
         from hacpo.data import own
 
         errs = []
         for name, d in self.cfg.datasets.items():
-            if d.local is not None:
+            if d.local is not None or d.hub is not None:
                 try:
-                    own.load(d.local, d.fields, name, f"datasets.{name}")
+                    own.load_entry(d.model_dump(exclude_none=True), name, f"datasets.{name}")
                 except own.DatasetError as err:
                     errs.append(str(err))
         if errs:
