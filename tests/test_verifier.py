@@ -278,6 +278,7 @@ def test_on_openrlhf_a_verifier_failing_the_first_batch_stops_the_engine_and_say
     rollouts never complete. One success before that, and later failures only score 0."""
     import json
     import threading
+    import time
 
     stop = tmp_path / "verifier_stop.json"
     monkeypatch.setenv("HACPO_REWARD", json.dumps({"file": str(FIXTURE), "name": first}))
@@ -297,12 +298,16 @@ def test_on_openrlhf_a_verifier_failing_the_first_batch_stops_the_engine_and_say
             assert out["rewards"].tolist() == [0.0] and error == [float(first == "always_raises")]
         held = threading.Thread(target=call, args=("boom",), daemon=True)
         held.start()
-        held.join(timeout=20)
         if first == "always_raises":
+            deadline = time.monotonic() + 20
+            while not stop.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            held.join(timeout=0.5)
             assert held.is_alive(), "the third failing call must hold until the runner stops the job"
             report = json.loads(stop.read_text())
             assert report["failed"] == 3 and "this verifier is broken" in report["error"]
         else:
+            held.join(timeout=20)
             assert not held.is_alive() and not stop.exists()
     finally:
         if module._scorer is not None:

@@ -428,8 +428,8 @@ def sync_check(cfg: TrainConfig, opts: OpenRLHFOptions) -> dict:
     write_inputs(cfg, layout)
     write_joint_spec(cfg, opts, layout)
     out = layout.sync_check
-    module = "hacpo.engines.openrlhf.joint.sync_check"
-    argv = [*program(opts), module, str(layout.joint_spec.resolve()), str(out.resolve())]
+    module = "hacpo.engines.openrlhf.joint.driver"
+    argv = [*program(opts), module, str(layout.joint_spec.resolve()), "--sync-check", str(out.resolve())]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **reward_env(cfg)}
     rc = _run(argv, env, layout, opts, None, lambda: None)
     if not out.is_file():

@@ -214,17 +214,26 @@ def openrlhf_worker_env() -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The joint run of ``joint.json``; with ``--sync-check OUT``, only each agent's weight-sync check on
+    fresh stacks (:mod:`.sync_check`; exit 1 when it does not hold)."""
     import ray
 
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        print(
-            "usage: python -m hacpo.engines.openrlhf.joint.driver <run>/openrlhf/joint.json", file=sys.stderr
-        )
+    if len(argv) not in (1, 3) or (len(argv) == 3 and argv[1] != "--sync-check"):
+        usage = "usage: python -m hacpo.engines.openrlhf.joint.driver <run>/openrlhf/joint.json"
+        usage += " [--sync-check OUT]"
+        print(usage, file=sys.stderr)
         return 2
     spec = json.loads(Path(argv[0]).read_text())
     if not ray.is_initialized():
         ray.init(runtime_env={"env_vars": openrlhf_worker_env()})
+    if len(argv) == 3:
+        from .sync_check import check_stacks
+
+        cfg = TrainConfig.model_validate(spec["config"])
+        report = check_stacks(make_stacks(spec, build_parts(spec)), cfg, argv[2])
+        print(json.dumps(report, indent=1), flush=True)
+        return 0 if all(r["holds"] for r in report.values()) else 1
     controller = build(spec)
     steps = ray.get(controller.fit.remote())
     print(f"hacpo joint run finished: {steps} steps ({Layout(Path(spec['run_dir'])).root})", flush=True)

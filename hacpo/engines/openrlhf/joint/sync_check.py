@@ -1,8 +1,8 @@
 """Does each agent's vLLM engine hold its DeepSpeed actor's weights after a weight sync? (issue 36)
 
-``python -m hacpo.engines.openrlhf.launch [--cpu] hacpo.engines.openrlhf.joint.sync_check <joint.json> OUT``
-(what :func:`hacpo.engines.openrlhf.runner.sync_check` runs inside the job's Ray cluster). For every agent
-of the run, on its real OpenRLHF stack (:func:`.driver.build_parts`):
+``python -m hacpo.engines.openrlhf.launch [--cpu] hacpo.engines.openrlhf.joint.driver JOINT --sync-check OUT``
+(what :func:`hacpo.engines.openrlhf.runner.sync_check` runs inside the job's Ray cluster; ``JOINT``: the run's
+``joint.json``). For every agent of the run, on its real OpenRLHF stack (:func:`.driver.build_parts`):
 
 1. vLLM samples the first prompts; the actor scores the same tokens: ``loaded``, the gap between vLLM's
    log-probs and the actor's (:func:`.rows.engine_gap`) with both holding the weights read from disk;
@@ -22,8 +22,6 @@ the saved weights.
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import torch
@@ -84,26 +82,3 @@ def check_stacks(stacks, cfg: TrainConfig, out: str | Path) -> dict:
     report = {s.name: check_agent(s, k, len(stacks), problems, cfg) for k, s in enumerate(stacks)}
     atomic_write_json(out, report)
     return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    import ray
-
-    from .driver import build_parts, make_stacks, openrlhf_worker_env
-
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        usage = "usage: python -m hacpo.engines.openrlhf.joint.sync_check <joint.json> OUT.json"
-        print(usage, file=sys.stderr)
-        return 2
-    spec = json.loads(Path(argv[0]).read_text())
-    if not ray.is_initialized():
-        ray.init(runtime_env={"env_vars": openrlhf_worker_env()})
-    cfg = TrainConfig.model_validate(spec["config"])
-    report = check_stacks(make_stacks(spec, build_parts(spec)), cfg, argv[1])
-    print(json.dumps(report, indent=1), flush=True)
-    return 0 if all(r["holds"] for r in report.values()) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
