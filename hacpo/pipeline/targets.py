@@ -104,7 +104,7 @@ class Pipeline:
         for name, d in self.cfg.datasets.items():
             if d.local is not None or d.hub is not None:
                 try:
-                    own.load_entry(d.model_dump(exclude_none=True), name, f"datasets.{name}")
+                    own.load_entry(self._dataset_entry(name), name, f"datasets.{name}")
                 except own.DatasetError as err:
                     errs.append(str(err))
         if errs:
@@ -112,8 +112,21 @@ class Pipeline:
 
     def dataset_inputs(self, name: str) -> list[str]:
         """A ``local:`` dataset's own file (an edit prepares it again, and retrains what reads it)."""
-        d = self.cfg.datasets[name]
-        return [d.local] if d.local is not None else []
+        return [self.config_path(self.cfg.datasets[name].local)] if self.cfg.datasets[name].local else []
+
+    def config_path(self, path: str) -> str:
+        """A relative path of the config (a warm-up spec, a ``local:`` file) as the jobs find it: as given
+        when it exists here, else under ``base_dir`` (the workflow's own folder; ``snakemake --directory``
+        runs the jobs elsewhere)."""
+        if self.base_dir and not os.path.exists(path) and os.path.exists(os.path.join(self.base_dir, path)):
+            return os.path.join(self.base_dir, path)
+        return path
+
+    def _dataset_entry(self, name: str) -> dict:
+        spec = self.cfg.datasets[name].model_dump(exclude_none=True)
+        if "local" in spec:
+            spec["local"] = self.config_path(spec["local"])
+        return spec
 
     def model_inputs(self, model: str) -> list[str]:
         """Files a job on ``model`` needs: a warm-up agent's marker; with the local engine, a ``hub:`` model's
@@ -394,7 +407,7 @@ class Pipeline:
 
     def dataset_params(self, name: str) -> str:
         """The dataset's recipe; a registry dataset carries its pinned source (a new revision reruns prep)."""
-        spec = self.cfg.datasets[name].model_dump(exclude_none=True)
+        spec = self._dataset_entry(name)
         if "registry" in spec:
             from hacpo.data import registry
 
@@ -411,9 +424,7 @@ class Pipeline:
                 f"model {model!r} comes from the Hub ({self.cfg.models[model].hub}); nothing to build"
             )
         path, _, name = spec.rpartition(":")
-        if self.base_dir and not os.path.exists(path) and os.path.exists(os.path.join(self.base_dir, path)):
-            spec = f"{os.path.join(self.base_dir, path)}:{name}"
-        return load_spec_file(spec).to_dict()
+        return load_spec_file(f"{self.config_path(path)}:{name}").to_dict()
 
 
 def as_json(obj) -> str:

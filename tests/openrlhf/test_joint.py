@@ -305,6 +305,7 @@ class AccumulatingStrategy:
     so every optimizer step is compared at the same weights."""
 
     ring_attn_group = None
+    stage = 2  # ZeRO stage: the head in slices needs ≤ 2 (joint/logprobs.py)
 
     def __init__(self, gas: int):
         self.accumulated_gradient, self.micro, self.step_grads = gas, 0, []
