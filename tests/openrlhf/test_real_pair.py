@@ -149,16 +149,25 @@ def _sync_check_here(real_models, tmp_path) -> dict:
 
 
 def test_the_real_pairs_joint_run_trained_both_models_on_each_others_rows(real_rehearsal):
-    """The rehearsal's joint HACPO run on the real stack: complete, both real models updated (a non-zero
-    gradient at some step), each learner's updates over its own rows and the other's, re-encoded into its
-    tokenizer (BPE → SentencePiece and back), vLLM's log-probs equal to the actor's to rounding every step,
-    the update's log-probs with Gemma-3's head in slices, and both agents evaluated by vLLM."""
+    """The rehearsal's joint HACPO run on the real stack: complete, each learner's updates over its own rows
+    and the other's, re-encoded into its tokenizer (BPE → SentencePiece and back), vLLM's log-probs equal to
+    the actor's to rounding every step, the update's log-probs with Gemma-3's head in slices, and both agents
+    evaluated by vLLM. Both real models moved: a non-zero gradient at a step where the pair's rewards were
+    not all 0 (2 steps of 8 samples an agent at temperature 1 may score none: every advantage is then 0, as
+    it must be), and in the weight-sync check's update of the same job (±1 advantages) in any case."""
     record = json.loads((real_rehearsal / "run.json").read_text())
     assert record["status"] == "complete"
     rows = [json.loads(line) for line in (real_rehearsal / "metrics.jsonl").read_text().splitlines()]
     updates = [json.loads(line) for line in (real_rehearsal / "updates.jsonl").read_text().splitlines()]
+    check = json.loads((real_rehearsal / "openrlhf" / "sync_check.json").read_text())
     for agent in ("smollm2", "gemma3"):
-        assert max(r[f"{agent}/grad_norm"] for r in rows) > 0, f"{agent} never moved"
+        for r in rows:  # no reward anywhere in the pair: no advantage, no gradient
+            if not any(r[f"{a}/reward"] > 0 for a in ("smollm2", "gemma3")):
+                assert r[f"{agent}/grad_norm"] == 0, f"{agent} at step {r['step']}: {r}"
+        moved = max(r[f"{agent}/grad_norm"] for r in rows)
+        print(f"{agent}: largest gradient norm in the run {moved}, in the sync check's update "
+              f"{check[agent]['grad_norm']}")
+        assert check[agent]["grad_norm"] > 0, f"{agent} never moved: {check[agent]}"
         mine = [u for u in updates if u["agent"] == agent]
         assert sum(u["cross_rows"] for u in mine) > 0 and sum(u["own_rows"] for u in mine) > 0
         assert all(r[f"{agent}/engine_logp_gap_mean"] < 0.1 for r in rows)

@@ -67,9 +67,10 @@ def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: 
         raise RuntimeError(f"agent {stack.name}: vLLM returned no log-probs with its samples")
     key = "engine_logp_gap_mean"
     holds = synced[key] <= loaded[key] + TOLERANCE and stale[key] >= STALE_FACTOR * synced[key]
+    grad_norm = max((u.get("grad_norm") or 0.0 for u in updates), default=0.0)  # the update moved the actor
     return {
         "loaded": loaded, "stale": stale, "synced": synced, "holds": holds, "updates": len(updates),
-        "tolerance": TOLERANCE, "stale_factor": STALE_FACTOR,
+        "grad_norm": grad_norm, "tolerance": TOLERANCE, "stale_factor": STALE_FACTOR,
     }  # fmt: skip
 
 
