@@ -73,6 +73,11 @@ class CustomReward(BaseModel):
     def target(self) -> str:
         return self.function if self.function is not None else f"{self.file}:{self.name}"
 
+    @property
+    def key(self) -> str:
+        """The config key that names it, for errors."""
+        return "reward.function" if self.function is not None else "reward.file"
+
     def source_file(self) -> Path:
         """The file that defines the verifier (a module's own file: what it imports is not hashed)."""
         if self.file is not None:
@@ -139,7 +144,7 @@ def reward_identity(reward: str | dict | CustomReward) -> str | dict[str, str]:
 
 def load_verifier(spec: CustomReward):
     """Import the verifier and return the function; :class:`VerifierError` names the key and the error."""
-    key = "reward.function" if spec.function is not None else "reward.file"
+    key = spec.key
     try:
         if spec.function is not None:
             module_name, _, name = spec.function.partition(":")

@@ -371,9 +371,8 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
                 rc = _run(argv, env, layout, opts, launcher, on_tick)
             except VerifierError as err:  # stopped before its first update: nothing to resume
                 _record(cfg, "failed", resumable(layout), argv).write(cfg.out_dir)
-                key = "reward.function" if cfg.reward.function is not None else "reward.file"
                 why = str(err).removeprefix("reward: ")
-                why = f"{key}: {why}: the run stopped before its first update (log: {layout.log})"
+                why = f"{cfg.reward.key}: {why}: the run stopped before its first update (log: {layout.log})"
                 raise VerifierError(why) from None
         wall = time.perf_counter() - t0
         rows = MetricsLog(Path(cfg.out_dir) / "metrics.jsonl").read() if joint else sync_logs(cfg, layout)
