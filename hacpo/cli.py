@@ -9,6 +9,7 @@ message naming the problem, before any model is built.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import json
@@ -183,27 +184,56 @@ def cmd_eval(args) -> int:
     for b in args.benchmark:
         if not Path(b).is_file():
             raise ValueError(f"benchmark file {b!r} does not exist")
-    if not (Path(args.checkpoint) / "config.json").is_file():
-        raise ValueError(f"{args.checkpoint!r} is not a Hugging Face checkpoint directory (no config.json)")
-    if args.engine == "vllm":
-        from hacpo.eval.vllm import VLLMGenerator
+    from hacpo.agents import adapters
 
-        gen = VLLMGenerator(args.checkpoint, seed=args.seed)
-    else:
-        from hacpo.eval.local import LocalGenerator
-
-        gen = LocalGenerator(
-            args.checkpoint,
-            device=args.device,
-            threads=args.threads,
-            batch_tokens=args.batch_tokens,
-            precision=args.precision or "fp32",
+    if not (Path(args.checkpoint) / "config.json").is_file() and not adapters.is_adapter(args.checkpoint):
+        raise ValueError(
+            f"{args.checkpoint!r} is neither a Hugging Face checkpoint directory (no config.json) nor a LoRA "
+            "adapter checkpoint (no adapter_config.json)"
         )
-    for b in args.benchmark:
-        prefix = Path(args.out) / Path(b).stem
-        workers = args.scorer_workers or 0
-        summary = evaluate(gen, b, prefix, sampling, limit=args.limit, scorer_workers=workers)
-        print(json.dumps({k: v for k, v in summary.items() if k != "sampling"}))
+    if adapters.is_adapter(args.checkpoint):
+        adapters.base_of(args.checkpoint, args.base)  # a missing base named before any model loads
+    with contextlib.ExitStack() as scratch:
+        if args.engine == "vllm":
+            from hacpo.eval.vllm import VLLMGenerator
+
+            served = scratch.enter_context(adapters.servable(args.checkpoint, args.out, args.base))
+            gen = VLLMGenerator(str(served), seed=args.seed)
+        else:
+            from hacpo.eval.local import LocalGenerator
+
+            gen = LocalGenerator(
+                args.checkpoint,
+                device=args.device,
+                threads=args.threads,
+                batch_tokens=args.batch_tokens,
+                precision=args.precision or "fp32",
+                base=args.base,
+            )
+        for b in args.benchmark:
+            prefix = Path(args.out) / Path(b).stem
+            workers = args.scorer_workers or 0
+            summary = evaluate(gen, b, prefix, sampling, limit=args.limit, scorer_workers=workers)
+            print(json.dumps({k: v for k, v in summary.items() if k != "sampling"}))
+    return 0
+
+
+def cmd_export(args) -> int:
+    """A checkpoint as a plain Hugging Face directory (``--merge``: an adapter merged into its base)."""
+    from hacpo.agents import adapters
+
+    if not adapters.is_adapter(args.checkpoint):
+        if not (Path(args.checkpoint) / "config.json").is_file():
+            raise ValueError(f"{args.checkpoint!r} is not a checkpoint directory (no config.json)")
+        raise ValueError(
+            f"{args.checkpoint!r} is already a plain Hugging Face directory (full fine-tuning): copy it as it is"
+        )
+    if not args.merge:
+        raise ValueError("an adapter checkpoint exports merged into its base: add --merge")
+    if Path(args.out).exists():
+        raise ValueError(f"{args.out} exists: choose a new --out (nothing is overwritten)")
+    out = adapters.export_merged(args.checkpoint, args.out, args.base)
+    print(json.dumps({"exported": str(out), "from": args.checkpoint}))
     return 0
 
 
@@ -314,11 +344,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="local engine: prompt + new tokens generated at once (the KV cache); default 256 problems",
     )  # fmt: skip
     e.add_argument(
-        "--precision", choices=["fp32", "bf16"], default=None,
-        help="local engine: model weights and KV cache (default fp32, or the setting's; bf16 halves both)",
+        "--precision", choices=["fp32", "bf16", "auto"], default=None,
+        help="local engine: model weights and KV cache (default fp32, or the setting's; bf16 halves both; "
+        "auto: bf16 where the CPU or GPU computes it natively)",
     )  # fmt: skip
     e.add_argument("--scorer-workers", type=int, help="math-verify processes (default 0, or the setting's)")
+    e.add_argument("--base", help="a LoRA checkpoint's base model, where it is not at the recorded path")
     e.set_defaults(func=cmd_eval)
+
+    x = sub.add_parser("export", help="a LoRA checkpoint merged into its base: a plain Hugging Face directory")
+    x.add_argument("--checkpoint", required=True, help="an adapter checkpoint (checkpoints/<agent>/step-N)")
+    x.add_argument("--out", required=True, help="the new model directory (must not exist)")
+    x.add_argument("--merge", action="store_true", help="merge the adapter into the base's weights")
+    x.add_argument("--base", help="the base model, where it is not at the path the adapter records")
+    x.set_defaults(func=cmd_export)
 
     m = sub.add_parser("demo", help="toy end-to-end demo on CPU: data → agents → GSPO vs HACPO → table")
     m.add_argument("--out", default="results/demo")

@@ -141,10 +141,38 @@ class RunLogging(BaseModel):
             )
 
 
+class LoraSpec(BaseModel):
+    """A LoRA adapter over a frozen base (Hu et al. 2021), built with ``peft``: ΔW = (alpha / rank) · B A.
+
+    Defaults follow Schulman et al. 2025 ("LoRA Without Regret"): alpha 32 at every rank, no dropout (a
+    dropout would make π_old, sampled in eval mode, differ from the update's forward), every linear layer of
+    the blocks (``all-linear``: peft's name for them, never the vocabulary head or the embedding)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int = Field(ge=1)
+    alpha: float = Field(32.0, gt=0)
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1)]] = "all-linear"
+
+    @property
+    def scale(self) -> float:
+        return self.alpha / self.rank
+
+
+class Adapter(BaseModel):
+    """How an agent's weights train: ``{lora: {...}}`` an adapter over the frozen base, ``{}`` every weight
+    (full fine-tuning). Part of a run's identity."""
+
+    model_config = ConfigDict(extra="forbid")
+    lora: LoraSpec | None = None
+
+
 class AgentRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     path: str  # a Hugging Face model directory (model + tokenizer with a chat template)
+    # this agent's own adapter choice (None: the run's `adapter`); `{}` trains it fully in a LoRA run
+    adapter: Adapter | None = None
 
 
 class TrainConfig(BaseModel):
@@ -169,6 +197,9 @@ class TrainConfig(BaseModel):
     weight_decay: float = Field(0.01, ge=0)
     grad_clip: float = Field(1.0, gt=0)
     kl_beta: float = Field(1e-3, ge=0)
+    # Full fine-tuning (None) or an adapter for every agent ({lora: {rank, alpha, dropout, target_modules}});
+    # an agent's own `adapter` wins. With LoRA, the KL reference is the base with the adapter off.
+    adapter: Adapter | None = None
 
     # HACPO's hyper-parameters (Table 4); only methods with the HACPO loss read them (None: the paper's
     # default, α = 1, 1−δ = 0.8, δ_step = 0.025), and giving one to another method is an error.
@@ -210,8 +241,10 @@ class TrainConfig(BaseModel):
     threads: int = Field(1, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     # Real model sizes on one GPU (local engine). bf16: autocast to bfloat16 around every forward, fp32
-    # master weights and optimizer (the maths' precision: part of a run's identity when not fp32).
-    precision: Literal["fp32", "bf16"] = "fp32"
+    # master weights and optimizer (the maths' precision: part of a run's identity when not fp32); auto: bf16
+    # where the hardware computes it natively (CUDA, or a CPU with AVX512_BF16 or AMX: hacpo.cpu), else fp32,
+    # resolved once per run and recorded in run.json (a resumed run keeps its first choice)
+    precision: Literal["fp32", "bf16", "auto"] = "fp32"
     # Runtime only (same maths, less memory): recompute activations in the backward (the update then runs a
     # plain forward per row instead of shared prompt/prefix caches) ...
     gradient_checkpointing: bool = False
@@ -283,6 +316,11 @@ class TrainConfig(BaseModel):
         """A checkpoint after every ``checkpoint_every`` steps and after the last one."""
         return bool(self.checkpoint_every and done % self.checkpoint_every == 0) or done == self.steps
 
+    def agent_adapter(self, index: int) -> LoraSpec | None:
+        """Agent ``index``'s LoRA adapter, None for full fine-tuning (its own choice, else the run's)."""
+        chosen = self.agents[index].adapter or self.adapter
+        return chosen.lora if chosen is not None else None
+
     def resolved_method(self) -> Method:
         """The registry method under this run's variant knobs."""
         return get_method(self.method).variant(
@@ -314,6 +352,11 @@ class TrainConfig(BaseModel):
         for key, default in newer.items():
             if keep[key] == default:
                 del keep[key]
+        if keep["adapter"] is None:  # full fine-tuning: the identity of runs older than adapters
+            del keep["adapter"]
+        for agent in keep["agents"]:
+            if agent["adapter"] is None:
+                del agent["adapter"]
         if "reward" in keep:  # a verifier: its source's hash, not its timeout (a runtime option)
             keep["reward"] = reward_identity(self.reward)
         return keep

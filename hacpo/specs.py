@@ -214,7 +214,7 @@ class EvalJob(_Spec):
 
     max_new_tokens: int = Field(ge=1)
     prompt_style: Literal["compact", "paper"] = "compact"
-    precision: Literal["fp32", "bf16"] | None = None  # engine local only
+    precision: Literal["fp32", "bf16", "auto"] | None = None  # engine local only
     benchmarks: dict[str, BenchmarkJob] = Field(min_length=1)
 
 

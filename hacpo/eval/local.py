@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from hacpo.agents.adapters import load_causal_lm
 from hacpo.agents.lm import generate, left_pad, rows_per_batch
 from hacpo.agents.prompting import prompt_ids
 from hacpo.agents.retokenize import pad_token_id, response_text, stop_token_ids
-from hacpo.cpu import keep_freed_memory
+from hacpo.cpu import keep_freed_memory, resolve_precision
 from hacpo.data.synthetic import as_problem
 
 
@@ -21,8 +22,9 @@ class LocalGenerator:
         threads: int = 1,
         batch_tokens: int | None = None,
         precision: str = "fp32",
+        base: str | None = None,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
         torch.set_num_threads(threads)
         keep_freed_memory()
@@ -32,10 +34,12 @@ class LocalGenerator:
             else ("cpu" if device == "auto" else device)
         )
         self.tok = AutoTokenizer.from_pretrained(path)
-        if precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be fp32 or bf16, got {precision!r}")
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float32  # weights and KV cache, as vLLM
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(self.device).eval()
+        if precision not in ("fp32", "bf16", "auto"):
+            raise ValueError(f"precision must be fp32, bf16 or auto, got {precision!r}")
+        self.precision = resolve_precision(precision, self.device.type)
+        dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32  # weights and KV cache, as vLLM
+        # a plain directory, or an adapter checkpoint served as its base with the adapter merged in
+        self.model = load_causal_lm(path, dtype, base).to(self.device).eval()
         self.batch_tokens = batch_tokens  # KV-cache budget per generation batch (None: 256 problems)
         self.stops = stop_token_ids(self.tok, self.model)  # as vLLM: every eos id of the generation config
         self.pad = pad_token_id(self.tok, self.stops)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -85,26 +86,35 @@ def evaluate_setting_job(args) -> int:
         if not Path(b["file"]).is_file():
             raise FileNotFoundError(f"benchmark {name}: {b['file']} does not exist (prepare the data first)")
     path = resolve_source(source)
+    with contextlib.ExitStack() as scratch:
+        gen = _generator(args, settings, path, scratch)
+        workers = settings.get("scorer_workers", 0) if args.scorer_workers is None else args.scorer_workers
+        results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=workers)
+    print(json.dumps({k: v["value"] for k, v in results.items()}))
+    return 0
+
+
+def _generator(args, settings: dict, path: str, scratch: contextlib.ExitStack):
+    """The evaluation job's generator for checkpoint ``path``: vLLM serves directories, so an adapter
+    checkpoint is merged into a temporary one under the job's output first (removed when ``scratch`` closes)."""
     if args.engine == "vllm":
+        from hacpo.agents.adapters import servable
         from hacpo.eval.vllm import VLLMGenerator, context_length
 
+        path = str(scratch.enter_context(servable(path, args.out)))
         vllm = dict(settings.get("vllm", {}))
         vllm["max_model_len"] = context_length(path, settings, vllm.get("max_model_len"))
-        gen = VLLMGenerator(path, seed=args.seed, **vllm)
+        return VLLMGenerator(path, seed=args.seed, **vllm)
     else:
         from hacpo.eval.local import LocalGenerator
 
-        gen = LocalGenerator(
+        return LocalGenerator(
             path,
             device=args.device,
             threads=args.threads,
             batch_tokens=getattr(args, "batch_tokens", None) or settings.get("batch_tokens"),
             precision=getattr(args, "precision", None) or settings.get("precision", "fp32"),
         )
-    workers = settings.get("scorer_workers", 0) if args.scorer_workers is None else args.scorer_workers
-    results = evaluate_setting(gen, settings, args.out, seed=args.seed, scorer_workers=workers)
-    print(json.dumps({k: v["value"] for k, v in results.items()}))
-    return 0
 
 
 def cmd_rescore(args) -> int:

@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from hacpo.algo import HACPO_KNOBS, get_method
-from hacpo.config import Alpha, CrossClipLow, DeltaStep, RunLogging
+from hacpo.config import Adapter, Alpha, CrossClipLow, DeltaStep, RunLogging
 from hacpo.data.own import FieldMap, HubDataset
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.eval.run import Decoding
@@ -140,6 +140,8 @@ class Model(_Strict):
     label: str | None = None
     gpus: int = Field(0, ge=0)  # GPUs of a single-agent run (SLURM request)
     train: TrainOverrides  # overrides for this model's single-agent runs
+    # how this model trains in every run that has it ({lora: {...}}, or {} full), over training.adapter
+    adapter: Adapter | None = None
 
     _v = field_validator("train")(classmethod(lambda cls, v: _check_train_keys(v)))
 
@@ -276,7 +278,7 @@ class EvalSetting(_Strict):
     # generated at once, the KV cache (`hacpo eval --batch-tokens`; None: 256 problems per batch), and the
     # weights' and KV cache's precision (`--precision`; None: fp32)
     batch_tokens: int | None = Field(None, ge=1)
-    precision: Literal["fp32", "bf16"] | None = None
+    precision: Literal["fp32", "bf16", "auto"] | None = None
 
     LOCAL_ONLY: ClassVar[tuple[str, ...]] = ("batch_tokens", "precision")  # passed to the local generator
 

@@ -237,13 +237,19 @@ class Pipeline:
             **engine,
             **self.train_settings(run),
             "method": cfg.registry_method(run.method).name,
-            "agents": [{"name": a, "path": self.model_path(a)} for a in self.run_agents(run)],
+            "agents": [self._agent_ref(a) for a in self.run_agents(run)],
             "train_file": self.dataset_file(cfg.train_data),
             "val_file": self.dataset_file(cfg.val_data) if cfg.val_data else None,
             "out_dir": run.dir,
             "seed": run.seed,
             "logging": cfg.logging.model_dump(),
         }
+
+    def _agent_ref(self, model: str) -> dict:
+        """A run's entry for ``model``: its name, path and (where the model entry chooses) its adapter."""
+        adapter = self.cfg.models[model].adapter
+        own = {"adapter": adapter.model_dump()} if adapter is not None else {}
+        return {"name": model, "path": self.model_path(model), **own}
 
     def train_spec(self, run: Run) -> dict:
         """What the run computes (the train rule's rerun trigger): :meth:`train_config` less runtime ones; a

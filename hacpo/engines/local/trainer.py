@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from hacpo.agents import adapters
 from hacpo.agents.lm import (
     SharedPrefixes,
     generate,
@@ -52,7 +53,7 @@ from hacpo.algo import (
     seq_mean_logp,
 )
 from hacpo.config import TrainConfig
-from hacpo.cpu import keep_freed_memory, return_freed_memory
+from hacpo.cpu import keep_freed_memory, resolve_precision, return_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
@@ -107,7 +108,17 @@ class Agent:
     gen: torch.Generator
     stop_ids: frozenset[int]  # every id that ends this model's generations (EOS list, end of turn)
     pad_id: int
+    peft: torch.nn.Module | None = None  # peft's wrapper of ``model`` when a LoRA adapter trains
     prompt_cache: dict = field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def reference(self):
+        """The KL reference: the base with the adapter off (LoRA), else the frozen copy (full)."""
+        if self.peft is not None:
+            with adapters.reference(self.peft) as model:
+                yield model
+        else:
+            yield self.ref
 
     def prompt_ids(self, problems: list[dict], style: str, device) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded prompt ids ``[B, Tp]`` and mask, rendered with this agent's chat template."""
@@ -130,8 +141,13 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> A
 
     tok = AutoTokenizer.from_pretrained(ref.path)
     model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device)
+    lora, peft_model = cfg.agent_adapter(index), None
+    if lora is not None:  # the base frozen and held once; the KL reference is the adapter switched off
+        peft_model = adapters.attach(model, lora, ref.path, what=f"agent {ref.name!r}: adapter.lora")
+        model, with_ref = adapters.inner(peft_model), False
     model.train()
-    sparse_tied_embedding_grads(model)  # no second dense [V, H] gradient for a tied embedding
+    if peft_model is None:
+        sparse_tied_embedding_grads(model)  # no second dense [V, H] gradient for a tied embedding
     if cfg.gradient_checkpointing:  # only the update's plain forward runs in train mode (see eval_mode)
         kwargs = {"use_reentrant": False}
         if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.2x; the old name warns
@@ -144,13 +160,15 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> A
         ref_model.requires_grad_(False)
     # fused: one kernel for all parameters instead of a loop over them (2.5× faster step on a CPU)
     opt = torch.optim.AdamW(
-        model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True
+        adapters.trainable_parameters(model), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+        fused=True,
     )
     gen = torch.Generator(device=device).manual_seed(cfg.seed * 1000 + index)
     stops = stop_token_ids(tok, model)
     if not stops:
         raise ValueError(f"agent {ref.name!r}: {ref.path} has no stop id (no eos_token or generation_config)")
-    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, stops, pad_token_id(tok, stops))
+    pad = pad_token_id(tok, stops)
+    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, stops, pad, peft_model)
 
 
 # ---------------------------------------------------------------------------------------------- rollouts
@@ -211,6 +229,7 @@ class LocalTrainer:
         else:
             self.device = torch.device(cfg.device)
         torch.set_num_threads(cfg.threads)
+        self.precision = self._precision()
         self.problems = read_problems(cfg.train_file)
         val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
         self.val = [as_problem(p) for p in val]  # greedy validation problems
@@ -233,14 +252,22 @@ class LocalTrainer:
                 cfg.temperature == 1.0
                 and cfg.top_p == 1.0
                 and self.device.type == "cpu"
-                and cfg.precision == "fp32"
+                and self.precision == "fp32"
             )
         else:
             self.sampler_logp = cfg.old_logp == "sampler"
 
+    def _precision(self) -> str:
+        """fp32 or bf16: ``precision`` as given, or ``auto`` resolved for this machine (:mod:`hacpo.cpu`);
+        a resumed run keeps the choice its ``run.json`` recorded, so one run never changes precision."""
+        prev = RunRecord.read(self.out)
+        if prev is not None and prev.config_hash == self.config_hash() and prev.details.get("precision"):
+            return prev.details["precision"]
+        return resolve_precision(self.cfg.precision, self.device.type)
+
     def autocast(self):
-        """bf16 autocast around forwards when ``precision: bf16`` (fp32 master weights and optimizer)."""
-        if self.cfg.precision == "bf16":
+        """bf16 autocast around forwards when the precision is bf16 (fp32 master weights and optimizer)."""
+        if self.precision == "bf16":
             return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16)
         return contextlib.nullcontext()
 
@@ -280,6 +307,11 @@ class LocalTrainer:
                 "device": str(self.device),
                 "sampler_logp_as_old": self.sampler_logp,
                 "fidelity": self.cfg.fidelity_record(),
+                "precision": self.precision,  # auto resolved here (hacpo.cpu.resolve_precision)
+                "adapters": {
+                    a.name: (lora.model_dump() if (lora := self.cfg.agent_adapter(i)) else "full")
+                    for i, a in enumerate(self.cfg.agents)
+                },
             },
             **final,
         ).write(self.out)
@@ -290,7 +322,11 @@ class LocalTrainer:
         for agent in self.agents:
             final = self.out / "checkpoints" / agent.name / f"step-{step}"
             with atomic_dir(final) as tmp:
-                agent.model.save_pretrained(tmp)
+                if agent.peft is not None:  # what trained: the adapter (megabytes), its base by path
+                    adapters.save(agent.peft, tmp)
+                    agent.model.generation_config.save_pretrained(tmp)  # every stop id, beside the tokenizer
+                else:
+                    agent.model.save_pretrained(tmp)
                 agent.tok.save_pretrained(tmp)
                 torch.save(
                     {
@@ -322,7 +358,8 @@ class LocalTrainer:
         for agent in self.agents:
             d = self.out / "checkpoints" / agent.name / f"step-{step}"
             # host tensors: the optimizer moves its state to the parameters' device when it loads it
-            state = torch.load(d / "trainer_state.pt", map_location="cpu", weights_only=False)
+            # weights_only: a run directory copied from elsewhere cannot run code on resume
+            state = torch.load(d / "trainer_state.pt", map_location="cpu", weights_only=True)
             saved = state.get("device_type", "cpu")
             if saved != self.device.type:
                 raise ValueError(
@@ -330,8 +367,11 @@ class LocalTrainer:
                     "samplers' random streams belong to one device type, so resume it with "
                     f"`device: {saved}`, or train into a new out_dir"
                 )
-            loaded = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-            agent.model.load_state_dict(loaded.state_dict())
+            if agent.peft is not None:
+                adapters.load_weights(agent.peft, d)
+            else:
+                loaded = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+                agent.model.load_state_dict(loaded.state_dict())
             agent.opt.load_state_dict(state["optimizer"])
             agent.gen.set_state(state["generator"])
             self.tracker.load_state_dict(state["capability"])
@@ -382,8 +422,9 @@ class LocalTrainer:
                 if not self.sampler_logp:
                     logp = token_logprobs_shared_prompt(agent.model, *rollout, max_tokens=budget) * out.mask
                 ref_logp = None
-                if agent.ref is not None:
-                    ref_logp = token_logprobs_shared_prompt(agent.ref, *rollout, max_tokens=budget) * out.mask
+                if self.spec.kl_beta > 0:
+                    with agent.reference() as ref:
+                        ref_logp = token_logprobs_shared_prompt(ref, *rollout, max_tokens=budget) * out.mask
             # The shared text drops the terminal EOS (cross_eos: strip): the generator's mean excludes it too.
             shared_mask = source_logp_mask(out.tokens, agent.stop_ids, cfg.cross_eos)
         return Rollouts(
@@ -483,7 +524,7 @@ class LocalTrainer:
                     part_metrics.append((len(part), metrics))
                 metrics = merge_parts(part_metrics)
                 metrics["grad_norm"] = float(
-                    torch.nn.utils.clip_grad_norm_(learner.model.parameters(), cfg.grad_clip)
+                    torch.nn.utils.clip_grad_norm_(adapters.trainable_parameters(learner.model), cfg.grad_clip)
                 )
                 learner.opt.step()
                 metrics["update"] = m
@@ -552,7 +593,7 @@ class LocalTrainer:
 
         loss, metrics = policy_loss_live_rows(batch, self.spec, m, logprobs, self.cfg.skip_dead_rows)
         if loss is None:  # every row clamped: zero gradients, so the optimizer still steps as unskipped
-            loss = sum(p.sum() for p in learner.model.parameters()) * 0.0
+            loss = sum(p.sum() for p in adapters.trainable_parameters(learner.model)) * 0.0
         return loss, metrics
 
     def _plain_logprobs(self, learner, prompt_index, resp, p_ids, p_mask):
@@ -631,7 +672,7 @@ class LocalTrainer:
             else None,
             details={
                 "phase_peak_gpu_mem_mb": dict(self.phase.peak_mb) if self.device.type == "cuda" else None,
-                "precision": cfg.precision,
+                "precision": self.precision,
             },
         ).write(self.out)
         final = {a.name: str(self.out / "checkpoints" / a.name / f"step-{cfg.steps}") for a in self.agents}

@@ -1,0 +1,167 @@
+"""LoRA adapters over a frozen base model, built on ``peft`` (one home for every engine and for evaluation).
+
+A run with ``adapter: {lora: …}`` trains ΔW = (alpha / rank) · B A on the blocks' linear layers and keeps the
+base frozen, once in memory (:func:`attach`). The KL reference is the same module with the adapter switched
+off (:func:`reference`): no second copy of the model. A checkpoint is what trained: ``adapter_config.json``
+(peft's, with the base's absolute path in ``base_model_name_or_path``) and ``adapter_model.safetensors``,
+megabytes instead of gigabytes. Everything that serves a model (local evaluation, vLLM, ``hacpo export
+--merge``) reads an adapter checkpoint as base + merged adapter (:func:`load_causal_lm`, :func:`export_merged`),
+so a plain Hugging Face directory and an adapter checkpoint are interchangeable wherever a checkpoint is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import torch
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+EXPORT_RECORD = "hacpo-export.json"  # what a merged export was made from
+
+
+def is_adapter(path: str | Path) -> bool:
+    """True when ``path`` is an adapter checkpoint (peft's ``adapter_config.json``)."""
+    return (Path(path) / ADAPTER_CONFIG).is_file()
+
+
+def lora_config(spec):
+    """peft's ``LoraConfig`` of a :class:`hacpo.config.LoraSpec`."""
+    from peft import LoraConfig
+
+    targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)
+    return LoraConfig(
+        r=spec.rank,
+        lora_alpha=spec.alpha,
+        lora_dropout=spec.dropout,
+        target_modules=targets,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+
+
+def attach(model, spec, base_path: str | Path, what: str = "adapter.lora"):
+    """Wrap ``model`` (loaded from ``base_path``) in a trainable LoRA adapter; returns peft's model.
+
+    The Hugging Face model is changed in place (its target linears become LoRA layers, every base weight
+    frozen), so code that walks the model (the vocabulary head, the KV-cache decoder) keeps working on
+    ``peft_model.base_model.model`` (:func:`inner`). B starts at zero: before the first update the adapted
+    model computes exactly the base's function."""
+    from peft import get_peft_model
+
+    try:
+        peft_model = get_peft_model(model, lora_config(spec))
+    except ValueError as err:  # peft: "Target modules {...} not found in the base model"
+        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise ValueError(
+            f"{what}.target_modules {spec.target_modules!r} does not fit {base_path}: {err}. Its linear "
+            f"layers are named {names}; use all-linear (every linear layer of the blocks) or some of those"
+        ) from None
+    peft_model.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
+    return peft_model
+
+
+def inner(peft_model) -> torch.nn.Module:
+    """The Hugging Face model inside peft's wrapper, LoRA layers in place."""
+    return peft_model.base_model.model
+
+
+def trainable_parameters(model) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def reference(peft_model):
+    """The base model's function: the same module with every adapter layer switched off (the KL reference
+    of an adapter run, as verl's ``no_lora_adapter``)."""
+    with peft_model.disable_adapter():
+        yield inner(peft_model)
+
+
+def save(peft_model, out_dir: str | Path) -> None:
+    """The adapter alone: ``adapter_config.json`` and ``adapter_model.safetensors``."""
+    peft_model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def load_weights(peft_model, checkpoint: str | Path) -> None:
+    """Restore a saved adapter's weights into ``peft_model`` (resume), exactly as they were written."""
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    state = load_file(Path(checkpoint) / ADAPTER_WEIGHTS)
+    result = set_peft_model_state_dict(peft_model, state)
+    missing = [k for k in result.missing_keys if "lora_" in k]
+    if result.unexpected_keys or missing:
+        raise ValueError(
+            f"{checkpoint}: the adapter does not fit this run's model (unexpected {result.unexpected_keys[:3]}, "
+            f"missing {missing[:3]}): was it trained with another rank or target_modules?"
+        )
+
+
+def base_of(checkpoint: str | Path, base: str | Path | None = None) -> Path:
+    """The base model directory an adapter checkpoint was trained on (``base`` overrides the recorded one)."""
+    recorded = json.loads((Path(checkpoint) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    path = Path(base or recorded or "")
+    if not (path / "config.json").is_file():
+        raise ValueError(
+            f"{checkpoint} is a LoRA adapter over {recorded!r}, which is not a model directory here (moved, or "
+            "trained on another machine): pass its base model with --base PATH"
+        )
+    return path
+
+
+def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32, base: str | Path | None = None):
+    """A model to serve from ``path``: a plain Hugging Face directory as it is, or an adapter checkpoint as
+    its base with the adapter merged in (in fp32, then cast to ``dtype``, as :func:`export_merged` writes it)."""
+    from transformers import AutoModelForCausalLM
+
+    if not is_adapter(path):
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    from peft import PeftModel
+
+    model = AutoModelForCausalLM.from_pretrained(base_of(path, base), dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    return merged.to(dtype)
+
+
+def export_merged(checkpoint: str | Path, out: str | Path, base: str | Path | None = None) -> Path:
+    """Write ``checkpoint`` (an adapter, or already a plain directory) as a plain Hugging Face directory at
+    ``out`` that transformers and vLLM read: merged weights, the tokenizer (with its chat template) and the
+    generation config (every stop id). Atomic: ``out`` appears whole or not at all."""
+    from transformers import AutoTokenizer
+
+    from hacpo.runio import atomic_dir, atomic_write_json
+
+    checkpoint = Path(checkpoint)
+    if not (checkpoint / "config.json").is_file() and not is_adapter(checkpoint):
+        raise ValueError(f"{checkpoint} is neither a model directory nor an adapter checkpoint")
+    model = load_causal_lm(checkpoint, torch.float32, base)
+    tok = AutoTokenizer.from_pretrained(checkpoint)
+    with atomic_dir(out) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        record = {"from": str(checkpoint.resolve()), "merged_adapter": is_adapter(checkpoint)}
+        if is_adapter(checkpoint):
+            record["base"] = str(base_of(checkpoint, base).resolve())
+        atomic_write_json(tmp / EXPORT_RECORD, record)
+    return Path(out)
+
+
+@contextlib.contextmanager
+def servable(path: str | Path, scratch: str | Path, base: str | Path | None = None):
+    """A plain Hugging Face directory for ``path``: itself, or (an adapter checkpoint) its merged export in a
+    temporary folder under ``scratch``, removed on exit (vLLM reads directories, not adapters over a base)."""
+    import shutil
+    import tempfile
+
+    if not is_adapter(path):
+        yield Path(path)
+        return
+    Path(scratch).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(dir=scratch, prefix=".merged.", suffix=".tmp"))
+    try:
+        yield export_merged(path, folder / "model", base)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
