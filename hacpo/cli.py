@@ -226,7 +226,8 @@ def cmd_export(args) -> int:
         if not (Path(args.checkpoint) / "config.json").is_file():
             raise ValueError(f"{args.checkpoint!r} is not a checkpoint directory (no config.json)")
         raise ValueError(
-            f"{args.checkpoint!r} is already a plain Hugging Face directory (full fine-tuning): copy it as it is"
+            f"{args.checkpoint!r} is already a plain Hugging Face directory (full fine-tuning): copy it as "
+            "it is"
         )
     if not args.merge:
         raise ValueError("an adapter checkpoint exports merged into its base: add --merge")
@@ -352,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--base", help="a LoRA checkpoint's base model, where it is not at the recorded path")
     e.set_defaults(func=cmd_eval)
 
-    x = sub.add_parser("export", help="a LoRA checkpoint merged into its base: a plain Hugging Face directory")
+    x = sub.add_parser("export", help="a LoRA checkpoint merged into its base: a plain HF model directory")
     x.add_argument("--checkpoint", required=True, help="an adapter checkpoint (checkpoints/<agent>/step-N)")
     x.add_argument("--out", required=True, help="the new model directory (must not exist)")
     x.add_argument("--merge", action="store_true", help="merge the adapter into the base's weights")

@@ -1,4 +1,5 @@
-"""LoRA adapters on the local engine (issue 42): identity, the adapter-off reference, training only the adapter,
+"""LoRA adapters on the local engine (issue 42): identity, the adapter-off reference, training only the
+adapter,
 adapter checkpoints (resume bitwise, weights_only), evaluation and export of an adapter checkpoint."""
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def test_an_agent_overrides_the_runs_adapter(tmp_path, toy_data, small_agent, ot
 )
 def test_bad_lora_options_are_named(tmp_path, toy_data, small_agent, lora, message):
     if message is None:  # an empty list of targets: peft's own error, named with the key and the fix
-        cfg = toy_train_config(tmp_path, [("llama", small_agent)], "gspo", data=toy_data, adapter={"lora": lora})
+        cfg = toy_train_config(
+            tmp_path, [("llama", small_agent)], "gspo", data=toy_data, adapter={"lora": lora}
+        )
         with pytest.raises(ValueError, match="target_modules"):
             LocalTrainer(cfg)
         return
@@ -80,7 +83,9 @@ def test_the_adapter_off_reference_equals_the_base_models_logprobs(tmp_path, toy
     model's own log-probs after the adapter has moved."""
     from transformers import AutoModelForCausalLM
 
-    cfg = toy_train_config(tmp_path, [("llama", small_agent)], "gspo", data=toy_data, adapter=LORA, kl_beta=0.1)
+    cfg = toy_train_config(
+        tmp_path, [("llama", small_agent)], "gspo", data=toy_data, adapter=LORA, kl_beta=0.1
+    )
     trainer = LocalTrainer(cfg)
     agent = trainer.agents[0]
     assert agent.ref is None and agent.peft is not None
@@ -121,7 +126,9 @@ def test_adapter_checkpoints_resume_bitwise_and_load_weights_only(
     tmp_path, toy_data, small_agent, other_agent, monkeypatch
 ):
     agents = _agents(small_agent, other_agent)
-    kw = dict(data=toy_data, steps=4, checkpoint_every=2, val_every=2, val_size=20, adapter=LORA, kl_beta=1e-3)
+    kw = dict(
+        data=toy_data, steps=4, checkpoint_every=2, val_every=2, val_size=20, adapter=LORA, kl_beta=1e-3
+    )
     ref = toy_train_config(tmp_path / "ref", agents, "hacpo", **kw)
     train(ref)
     ckpt = tmp_path / "ref/hacpo/checkpoints/llama/step-4"

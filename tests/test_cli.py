@@ -68,7 +68,7 @@ def test_eval_rejects_missing_inputs(tmp_path, small_agent, capsys):
     bad = tmp_path / "b.jsonl"
     bad.write_text('{"problem": "1+1"}\n')
     assert main(["eval", "--checkpoint", str(tmp_path), "--benchmark", str(bad), "--out", str(tmp_path)]) == 2
-    assert "not a Hugging Face checkpoint" in capsys.readouterr().err
+    assert "neither a Hugging Face checkpoint" in capsys.readouterr().err
 
 
 def test_train_from_yaml_with_overrides(tmp_path, toy_data, small_agent, capsys):

@@ -5,7 +5,8 @@ base frozen, once in memory (:func:`attach`). The KL reference is the same modul
 off (:func:`reference`): no second copy of the model. A checkpoint is what trained: ``adapter_config.json``
 (peft's, with the base's absolute path in ``base_model_name_or_path``) and ``adapter_model.safetensors``,
 megabytes instead of gigabytes. Everything that serves a model (local evaluation, vLLM, ``hacpo export
---merge``) reads an adapter checkpoint as base + merged adapter (:func:`load_causal_lm`, :func:`export_merged`),
+--merge``) reads an adapter checkpoint as base + merged adapter (:func:`load_causal_lm`,
+:func:`export_merged`),
 so a plain Hugging Face directory and an adapter checkpoint are interchangeable wherever a checkpoint is read.
 """
 
@@ -54,7 +55,9 @@ def attach(model, spec, base_path: str | Path, what: str = "adapter.lora"):
     try:
         peft_model = get_peft_model(model, lora_config(spec))
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
-        names = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        names = sorted(
+            {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+        )
         raise ValueError(
             f"{what}.target_modules {spec.target_modules!r} does not fit {base_path}: {err}. Its linear "
             f"layers are named {names}; use all-linear (every linear layer of the blocks) or some of those"
@@ -95,7 +98,8 @@ def load_weights(peft_model, checkpoint: str | Path) -> None:
     missing = [k for k in result.missing_keys if "lora_" in k]
     if result.unexpected_keys or missing:
         raise ValueError(
-            f"{checkpoint}: the adapter does not fit this run's model (unexpected {result.unexpected_keys[:3]}, "
+            f"{checkpoint}: the adapter does not fit this run's model (unexpected "
+            f"{result.unexpected_keys[:3]}, "
             f"missing {missing[:3]}): was it trained with another rank or target_modules?"
         )
 
@@ -106,7 +110,8 @@ def base_of(checkpoint: str | Path, base: str | Path | None = None) -> Path:
     path = Path(base or recorded or "")
     if not (path / "config.json").is_file():
         raise ValueError(
-            f"{checkpoint} is a LoRA adapter over {recorded!r}, which is not a model directory here (moved, or "
+            f"{checkpoint} is a LoRA adapter over {recorded!r}, which is not a model directory here (moved, "
+            "or "
             "trained on another machine): pass its base model with --base PATH"
         )
     return path
@@ -114,7 +119,8 @@ def base_of(checkpoint: str | Path, base: str | Path | None = None) -> Path:
 
 def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32, base: str | Path | None = None):
     """A model to serve from ``path``: a plain Hugging Face directory as it is, or an adapter checkpoint as
-    its base with the adapter merged in (in fp32, then cast to ``dtype``, as :func:`export_merged` writes it)."""
+    its base with the adapter merged in (in fp32, then cast to ``dtype``, as :func:`export_merged` writes
+    it)."""
     from transformers import AutoModelForCausalLM
 
     if not is_adapter(path):

@@ -96,7 +96,8 @@ def evaluate_setting_job(args) -> int:
 
 def _generator(args, settings: dict, path: str, scratch: contextlib.ExitStack):
     """The evaluation job's generator for checkpoint ``path``: vLLM serves directories, so an adapter
-    checkpoint is merged into a temporary one under the job's output first (removed when ``scratch`` closes)."""
+    checkpoint is merged into a temporary one under the job's output first (removed when ``scratch``
+    closes)."""
     if args.engine == "vllm":
         from hacpo.agents.adapters import servable
         from hacpo.eval.vllm import VLLMGenerator, context_length

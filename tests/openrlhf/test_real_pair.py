@@ -160,10 +160,12 @@ def test_the_real_pairs_joint_run_trained_both_models_on_each_others_rows(real_r
     rows = [json.loads(line) for line in (real_rehearsal / "metrics.jsonl").read_text().splitlines()]
     updates = [json.loads(line) for line in (real_rehearsal / "updates.jsonl").read_text().splitlines()]
     check = json.loads((real_rehearsal / "openrlhf" / "sync_check.json").read_text())
+    moved_before = {a: False for a in ("smollm2", "gemma3")}
     for agent in ("smollm2", "gemma3"):
-        for r in rows:  # no reward anywhere in the pair: no advantage, no gradient
-            if not any(r[f"{a}/reward"] > 0 for a in ("smollm2", "gemma3")):
+        for r in rows:  # no reward anywhere in the pair: no advantage; no gradient while the KL term is 0
+            if not any(r[f"{a}/reward"] > 0 for a in ("smollm2", "gemma3")) and not moved_before[agent]:
                 assert r[f"{agent}/grad_norm"] == 0, f"{agent} at step {r['step']}: {r}"
+            moved_before[agent] |= r[f"{agent}/grad_norm"] > 0  # then the KL to the reference pulls back
         moved = max(r[f"{agent}/grad_norm"] for r in rows)
         print(f"{agent}: largest gradient norm in the run {moved}, in the sync check's update "
               f"{check[agent]['grad_norm']}")
@@ -175,3 +177,22 @@ def test_the_real_pairs_joint_run_trained_both_models_on_each_others_rows(real_r
         assert (summary / "summary.json").is_file(), f"{agent} was not evaluated"
     log = (real_rehearsal / "openrlhf" / "train.log").read_text()
     assert "update log-probs of" in log and "by the head in slices (vocabulary 262144)" in log
+
+
+def test_the_real_pairs_joint_run_trained_lora_adapters(real_rehearsal):
+    """config/rehearsal-real.yaml trains LoRA adapters (issue 42): each final checkpoint is an adapter over its
+    imported base (megabytes, no model weights), the KL reference was the actor with its adapter off (no
+    reference model was started), and the merged weights synced into vLLM (the sync check above, and the
+    engine gap at every step)."""
+    from hacpo.agents import adapters
+
+    record = json.loads((real_rehearsal / "run.json").read_text())
+    assert record["config"]["adapter"]["lora"]["rank"] == 8 and record["config"]["kl_beta"] > 0
+    for agent, final in record["final_checkpoints"].items():
+        assert adapters.is_adapter(final), f"{agent}: {final} is not an adapter checkpoint"
+        weights = Path(final) / "adapter_model.safetensors"
+        assert weights.is_file() and weights.stat().st_size < 20 * 2**20, weights
+        assert not (Path(final) / "model.safetensors").exists()
+        assert (adapters.base_of(final) / "config.json").is_file()
+    log = (real_rehearsal / "openrlhf" / "train.log").read_text()
+    assert "reference log-probs by the actor with its LoRA adapter off" in log

@@ -523,9 +523,8 @@ class LocalTrainer:
                         loss.backward()
                     part_metrics.append((len(part), metrics))
                 metrics = merge_parts(part_metrics)
-                metrics["grad_norm"] = float(
-                    torch.nn.utils.clip_grad_norm_(adapters.trainable_parameters(learner.model), cfg.grad_clip)
-                )
+                trained = adapters.trainable_parameters(learner.model)
+                metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, cfg.grad_clip))
                 learner.opt.step()
                 metrics["update"] = m
                 logs.append(metrics)

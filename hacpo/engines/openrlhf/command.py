@@ -37,6 +37,7 @@ from pathlib import Path
 from hacpo.config import TrainConfig
 from hacpo.engines.core.trackers import wandb_run_id
 
+from .lora import lora_flags
 from .options import OpenRLHFOptions
 
 
@@ -158,7 +159,8 @@ def build_command(
     (agent,) = cfg.agents
     rows = cfg.prompts_per_step * cfg.group_size * method.rollout_multiplier
     args = _train_args(
-        cfg, opts, agent, layout.prompts, layout.ckpt, layout.final, layout, rows, opts.gpus_per_node
+        cfg, opts, agent, layout.prompts, layout.ckpt, layout.final, layout, rows, opts.gpus_per_node,
+        lora=cfg.agent_adapter(0),
     )
     if cfg.val_file and cfg.val_size and cfg.val_every:  # greedy pass@1 on the validation file
         args += _flag("eval.dataset", layout.validation) + _flag("eval.steps", cfg.val_every)
@@ -272,7 +274,8 @@ def joint_agent_args(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, k:
     rows = len(cfg.agents) * cfg.prompts_per_step * cfg.group_size
     gpus = agent_gpus(cfg, opts)[k]
     args = _train_args(
-        cfg, opts, agent, paths.prompts, paths.ckpt, paths.final, layout, rows, gpus, gspo=True
+        cfg, opts, agent, paths.prompts, paths.ckpt, paths.final, layout, rows, gpus, gspo=True,
+        lora=cfg.agent_adapter(k),
     )
     return args + list(opts.extra_args)  # no OpenRLHF loggers: the run loop writes TensorBoard and W&B
 
@@ -289,9 +292,11 @@ def _train_args(
     gpus_per_node: int,
     *,
     gspo: bool = False,
+    lora=None,
 ) -> list[str]:
     """``train_ppo_ray`` arguments of one agent (no program name): model, GPUs, data, rollout, mini-batches,
-    loss (the method's, or GSPO's own term for a joint learner), optimiser, checkpoints, logging, reward."""
+    loss (the method's, or GSPO's own term for a joint learner), optimiser, LoRA (``lora``: the agent's
+    :class:`~hacpo.config.LoraSpec`, :mod:`.lora`), checkpoints, logging, reward."""
     method = cfg.resolved_method()
     nodes = opts.nodes
     total = nodes * gpus_per_node
@@ -333,6 +338,8 @@ def _train_args(
     args += _flag("ds.attn_implementation", opts.attn_implementation)
     if opts.packing_samples:
         args += _flag("ds.packing_samples")
+    if lora is not None:  # OpenRLHF's own LoRA; the sync to vLLM sends merged weights (.lora)
+        args += lora_flags(lora, opts, agent.name)
     if opts.gradient_checkpointing:
         args += _flag("actor.gradient_checkpointing_enable")
     if opts.adam_offload:

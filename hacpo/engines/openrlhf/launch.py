@@ -8,6 +8,7 @@ with the project's hooks in its own process and in every Ray worker it starts (R
   prompt dataloader with an unseeded generator inside its trainer actor, so the order trained would be
   neither the local engine's step batches, which the prompt file lays out, nor reproducible from the seed;
 - **validation at step 0, rollouts with** ``min_tokens`` **0** (:func:`fit_like_the_local_engine`);
+- **LoRA adapters reach vLLM merged** into their base's weights (:func:`.lora.sync_merged_adapters`);
 - with ``--cpu``, :func:`hacpo.engines.openrlhf.cpu.install` (OpenRLHF's CUDA calls mapped; the rehearsal).
 """
 
@@ -99,6 +100,9 @@ def setup_process() -> None:
         install()
     prompts_in_file_order()
     fit_like_the_local_engine()
+    from .lora import sync_merged_adapters
+
+    sync_merged_adapters()  # an adapter reaches vLLM merged into its base's weights
 
 
 def job_runtime_env(own: dict | None, cpu: bool) -> dict:

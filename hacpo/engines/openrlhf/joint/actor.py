@@ -22,6 +22,7 @@ from hacpo.algo import LossSpec
 from hacpo.engines.core.metrics import merge_parts
 from hacpo.engines.core.order import ORDERS, minibatch_order
 
+from ..lora import peft_of
 from .logprobs import action_log_probs, sliced_head
 from .loss import StepNorm, microbatch_loss, step_norm
 from .rows import IS_SELF, PROMPT_ID, SOURCE
@@ -202,6 +203,19 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
         finally:
             self.actor.train()
         return logp.to("cpu")
+
+    def ref_forward(self, sequences, action_mask=None, attention_mask=None, packed_seq_lens=None,
+                    mm_train_inputs_list=None):  # fmt: skip
+        """The KL reference's scoring pass of a LoRA agent: :meth:`forward` with the adapter switched off,
+        the base's log-probs without a second model (:class:`~..lora.AdapterOffReference`)."""
+        peft_model = peft_of(self.actor)
+        if peft_model is None:
+            raise RuntimeError("ref_forward serves LoRA agents only: a fully trained agent has a reference")
+        if "reference" not in _ANNOUNCED:
+            _ANNOUNCED.add("reference")
+            print("hacpo: reference log-probs by the actor with its LoRA adapter off", flush=True)
+        with peft_model.disable_adapter():
+            return self.forward(sequences, action_mask, attention_mask, packed_seq_lens, mm_train_inputs_list)
 
     def set_lr(self, lr: float) -> None:
         """The next optimizer step's learning rate (the scheduler sets its own again after that step)."""

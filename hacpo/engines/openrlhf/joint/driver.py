@@ -93,6 +93,7 @@ def build_parts(spec: dict) -> list[dict]:
     from openrlhf.utils import get_strategy
     from ray.util.placement_group import placement_group
 
+    from ..lora import AdapterOffReference
     from .actor import policy_actor_class
 
     cfg = TrainConfig.model_validate(spec["config"])
@@ -124,7 +125,9 @@ def build_parts(spec: dict) -> list[dict]:
             num_gpus_per_actor=fraction, duplicate_actors=duplicates,
         )  # fmt: skip
         ref = None
-        if with_ref:
+        if with_ref and cfg.agent_adapter(len(parts)) is not None:  # LoRA: the base, adapter off
+            ref = AdapterOffReference(actor)
+        elif with_ref:
             ref = RayActorGroup(
                 args.ref.num_nodes, args.ref.num_gpus_per_node, ReferenceModelActor, pg=pg,
                 num_gpus_per_actor=fraction, duplicate_actors=duplicates,
@@ -137,7 +140,7 @@ def build_parts(spec: dict) -> list[dict]:
         refs = part["actor"].async_init_model_from_pretrained(
             part["strategy"], args.actor.model_name_or_path, steps, part["engines"]
         )
-        if part["ref"] is not None:
+        if isinstance(part["ref"], RayActorGroup):  # a model of its own (full fine-tuning)
             refs += part["ref"].async_init_model_from_pretrained(
                 part["strategy"], args.actor.model_name_or_path
             )

@@ -38,6 +38,9 @@ from .controller import assign_prompt_ids
 TOLERANCE = 0.03
 STALE_FACTOR = 3.0  # an update must move the log-probs ≥ 3× the synced gap for the check to mean anything
 CHECK_LR = 2e-4  # the check's one update, whatever the run's lr: large enough to move the log-probs
+# ... for a LoRA agent, 10× (Schulman et al. 2025: LoRA's best lr is about 10× full fine-tuning's): a rank-r
+# update moves the log-probs less than a full one at the same lr
+LORA_LR_FACTOR = 10.0
 
 
 def _sample_and_score(stack, texts, labels, n: int, seed: int):
@@ -58,7 +61,7 @@ def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: 
         row.rewards = torch.full_like(row.rewards, float(i % 2), dtype=torch.float32)
     R.mark_own(scored, k, pids)
     R.assign_advantages(scored, k, n_agents, torch.ones(n_agents, n_agents), cfg.resolved_method())
-    stack.set_lr(CHECK_LR)
+    stack.set_lr(CHECK_LR * (LORA_LR_FACTOR if cfg.agent_adapter(k) is not None else 1.0))
     updates = stack.train(scored, 0)
     stale = R.engine_gap(_sample_and_score(stack, texts, labels, n, seed + 1)[0])
     stack.sync()
