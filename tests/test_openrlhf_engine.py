@@ -415,3 +415,72 @@ def test_the_memory_sampler_names_each_process_of_the_job_with_its_peak():
     mine = per_process[f"{Path(sys.executable).name} (pid {child.pid})"]
     assert 280 < mine < 400 and main["peak_rss_mb"] >= mine
     assert main["peak_gpu_mem_mb"] is None  # no GPU here
+
+
+def test_lora_reaches_openrlhf_as_its_own_options_per_agent(tmp_path):
+    """adapter: {lora: …} → OpenRLHF's --ds.lora.* for the single-agent baselines and each joint agent (an
+    agent's own choice wins: one LoRA, one full); what OpenRLHF cannot train is refused with the fix."""
+    from hacpo.engines.openrlhf.command import joint_agent_args
+
+    lora = {"lora": {"rank": 8, "alpha": 16}}
+    f = argv_of(paper_run("gspo", adapter=lora), tmp_path)
+    assert f["ds.lora.rank"] == ["8"] and f["ds.lora.alpha"] == ["16"] and f["ds.lora.dropout"] == ["0.0"]
+    assert "ds.lora.target_modules" not in f  # all-linear: OpenRLHF's default, never passed as a name
+    assert "ds.lora.rank" not in argv_of(paper_run("gspo"), tmp_path)
+    some = {"lora": {"rank": 2, "target_modules": ["q_proj", "v_proj"]}}
+    assert argv_of(paper_run("gspo", adapter=some), tmp_path)["ds.lora.target_modules"] == ["q_proj", "v_proj"]
+
+    cfg = joint_run("q1p7b_q4b")
+    agents = [a.model_dump() for a in cfg.agents]
+    agents[1]["adapter"] = {}  # the second agent trains fully
+    mixed = TrainConfig.model_validate({**cfg.model_dump(), "adapter": lora, "agents": agents})
+    per_agent = [flags(joint_agent_args(mixed, mixed.openrlhf, Layout(tmp_path), k)) for k in range(2)]
+    assert per_agent[0]["ds.lora.rank"] == ["8"] and "ds.lora.rank" not in per_agent[1]
+
+    for bad, message in (
+        ({"lora": {"rank": 8, "alpha": 2.5}}, "whole number"),
+        ({"lora": {"rank": 8, "target_modules": ["lm_head", "q_proj"]}}, "head"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            argv_of(paper_run("gspo", adapter=bad), tmp_path)
+    zero3 = paper_run("gspo", adapter=lora)
+    zero3 = zero3.model_copy(update={"openrlhf": zero3.openrlhf.model_copy(update={"zero_stage": 3})})
+    with pytest.raises(ValueError, match="zero_stage 2"):
+        argv_of(zero3, tmp_path)
+
+
+def test_the_merged_sync_sends_base_weights_plus_the_adapter_under_vllms_names(small_agent):
+    """What the weight sync sends for a LoRA actor (hacpo.engines.openrlhf.lora.merged_weights): one tensor per
+    adapted linear, named as in the base model's checkpoint (what vLLM loads), equal to peft's own merge;
+    the frozen embedding and head are not sent (vLLM keeps the base's)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from hacpo.agents import adapters
+    from hacpo.config import LoraSpec
+    from hacpo.engines.openrlhf.lora import merged_weights, peft_of
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(small_agent, dtype=torch.float32)
+    names = set(base.state_dict())
+    peft_model = adapters.attach(base, LoraSpec(rank=4), small_agent)
+    with torch.no_grad():
+        for n, p in peft_model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.1)  # a trained adapter: B no longer zero
+    sent = dict(merged_weights(peft_model))
+    assert sent and set(sent) <= names and not any("embed" in n or "lm_head" in n for n in sent)
+    assert any(n.endswith("self_attn.q_proj.weight") for n in sent)
+    merged = peft_model.merge_and_unload().state_dict()
+    for n, w in sent.items():
+        torch.testing.assert_close(w, merged[n], rtol=0, atol=1e-6)
+
+    class Engine:  # OpenRLHF's Actor.model after strategy.prepare: the DeepSpeed engine, .module the model
+        module = peft_model
+
+    class Actor:
+        model = Engine()
+
+    assert peft_of(Actor()) is peft_model
+    Engine.module = base
+    assert peft_of(Actor()) is None  # full fine-tuning: OpenRLHF's own sync, unchanged
