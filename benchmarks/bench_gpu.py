@@ -134,7 +134,11 @@ def synthetic_reward(texts, golds, metadata=None, ids=None):
 
 
 # -------------------------------------------------------------------------------------------- runs
-def run(out: Path, method: str, agents: dict, names: list[str], data: Path, args, realistic: bool) -> dict:
+def run(
+    out: Path, method: str, agents: dict, names: list[str], data: Path, args, realistic: bool,
+    lora: int | None = None,
+) -> dict:
+    """One run of ``method``; ``lora``: every agent trains a LoRA adapter of that rank (issue 42)."""
     from hacpo.engines.local import trainer as tr
 
     # mini-batch = half a GSPO step (the paper's 512 of 1,024): GSPO 2 updates, GSPO×2 and HACPO 4
@@ -149,12 +153,15 @@ def run(out: Path, method: str, agents: dict, names: list[str], data: Path, args
             precision=args.precision, gradient_checkpointing=True, micro_batch_tokens=args.micro_tokens,
             old_logp="forward",
         )  # fmt: skip
+    label = method if lora is None else f"{method}+lora{lora}"
+    if lora is not None:  # LoRA's lr is about 10× full fine-tuning's (Schulman et al. 2025)
+        settings |= dict(adapter={"lora": {"rank": lora}}, lr=settings["lr"] * 10)
     cfg = load_train_config(
         {
             "method": method,
             "agents": [{"name": n, "path": str(agents[n])} for n in names],
             "train_file": str(data / "train.jsonl"),
-            "out_dir": str(out / f"{method}-{'-'.join(names)}"),
+            "out_dir": str(out / f"{label}-{'-'.join(names)}"),
             **settings,
         }
     )
@@ -172,7 +179,7 @@ def run(out: Path, method: str, agents: dict, names: list[str], data: Path, args
     phase = {p: trainer.phase.total.get(p, 0.0) / cfg.steps for p in PHASES}
     gen_tokens = trainer.gen_tokens
     result = {
-        "method": method,
+        "method": label,
         "agents": names,
         "step_s": wall / cfg.steps,
         "phase_s_per_step": phase,
@@ -201,6 +208,11 @@ def compare(results: list[dict], total_mb: float | None) -> dict:
         ratios["memory_points_over_gspo_x2"] = 100 * (joint["peak_gpu_mem_mb"] - x2_mem) / total_mb
         ratios["hacpo_memory_pct"] = 100 * joint["peak_gpu_mem_mb"] / total_mb
         ratios["gspo_x2_memory_pct"] = 100 * x2_mem / total_mb
+    lora = next((r for r in results if r["method"].startswith("hacpo+lora")), None)
+    if lora is not None:  # issue 42: the same HACPO step with adapters
+        ratios["hacpo_lora_over_hacpo_step"] = lora["step_s"] / joint["step_s"]
+        if total_mb:
+            ratios["hacpo_lora_memory_pct"] = 100 * lora["peak_gpu_mem_mb"] / total_mb
     ratios["goals_met"] = {k: ratios[k] <= v for k, v in GOALS.items() if k in ratios}
     ratios["hacpo_time_split"] = joint["phase_s_per_step"]
     return ratios
@@ -216,6 +228,7 @@ def main() -> None:
     ap.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
     ap.add_argument("--micro-tokens", type=int, default=16384, help="token budget per forward/backward")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--lora", type=int, default=8, help="rank of the LoRA HACPO run (0: none)")
     ap.add_argument("--tiny", action="store_true", help="shrunken models and lengths: a CPU smoke run")
     ap.add_argument("--out", default="results/bench/gpu")
     args = ap.parse_args()
@@ -232,12 +245,16 @@ def main() -> None:
         else:
             agents, data = small_pair(out, args.device, args.tiny)
         a, b = list(agents)
-        plan = [("gspo", [a]), ("gspo", [b]), ("gspo_x2", [a]), ("gspo_x2", [b]), ("hacpo", [a, b])]
-        body = report["pairs"][pair] = {"runs": []}
-        for method, names in plan:
+        plan = [("gspo", [a], None), ("gspo", [b], None), ("gspo_x2", [a], None), ("gspo_x2", [b], None),
+                ("hacpo", [a, b], None)]  # fmt: skip
+        if args.lora:
+            plan.append(("hacpo", [a, b], args.lora))
+        body = report["pairs"][pair] = {"runs": [], "planned": len(plan)}
+        for method, names, lora in plan:
             t0 = time.perf_counter()
-            body["runs"].append(run(out / "runs" / pair, method, agents, names, data, args, realistic))
-            print(f"{pair}: {method} ({'+'.join(names)}) in {time.perf_counter() - t0:.0f} s", flush=True)
+            body["runs"].append(run(out / "runs" / pair, method, agents, names, data, args, realistic, lora))
+            done = f"{body['runs'][-1]['method']} ({'+'.join(names)})"
+            print(f"{pair}: {done} in {time.perf_counter() - t0:.0f} s", flush=True)
             write_report(out, report)  # after each run: a time limit keeps the runs already done
         body["compare"] = compare(body["runs"], total_mb)
         print(json.dumps({pair: body["compare"]}, indent=2), flush=True)
@@ -264,13 +281,16 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {r['step_s']:.2f} | {ph} | {r['tokens_per_s']:.0f} | {mem} |")
         c = body.get("compare")
         if c is None:  # cut short: the runs above are all there is
-            lines += ["", f"(incomplete: {len(body['runs'])} of 5 runs)", ""]
+            lines += ["", f"(incomplete: {len(body['runs'])} of {body.get('planned', 5)} runs)", ""]
             continue
         lines += ["", "| ratio | measured | goal |", "|---|---|---|"]
         for key, goal in GOALS.items():
             if key in c:
                 verdict = "met" if c["goals_met"][key] else "MISSED"
                 lines.append(f"| {key} | {c[key]:.3f} | ≤ {goal} ({verdict}) |")
+        if "hacpo_lora_over_hacpo_step" in c:
+            ratio = c["hacpo_lora_over_hacpo_step"]
+            lines.append(f"| hacpo_lora_over_hacpo_step | {ratio:.3f} | (measured) |")
         lines.append("")
     return "\n".join(lines)
 

@@ -5,7 +5,9 @@
 #      agents, evaluation settings, CLI;
 #   2. hacpo eval on CUDA with fp32 and bf16 weights (200 toy problems each);
 #   3. benchmarks/bench_gpu.py: HACPO vs GSPO×2 vs GSPO on a warmed ~3M/25M pair and a random
-#      Qwen3-0.6B/1.7B-shaped pair (declared synthetic reward), 2 steps each.
+#      Qwen3-0.6B/1.7B-shaped pair (declared synthetic reward), 2 steps each, and HACPO with rank-8 LoRA
+#      adapters on each pair (issue 42);
+#   (tests/test_adapters.py joins the CUDA tests: LoRA's adapter-off reference, resume, eval and export)
 # Results under $OUT (default results/device): versions, nvidia-smi, pytest.txt, bench/bench_gpu.{json,md}.
 # Carry .device-wheels (scripts/device_wheels.sh) and .cache/test-agents (the tests' warmed toy agents).
 set -uo pipefail
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-results/device}
 mkdir -p "$OUT"
 if [ -d .device-wheels ]; then
-  python -m pip install -q --no-index --find-links .device-wheels 'math-verify[antlr4_13_2]' pydantic hypothesis \
+  python -m pip install -q --no-index --find-links .device-wheels 'math-verify[antlr4_13_2]' pydantic hypothesis peft \
     > "$OUT/pip.txt" 2>&1 || echo "pip install failed (see $OUT/pip.txt)"
 fi
 export PYTHONPATH=. TOKENIZERS_PARALLELISM=false
@@ -23,8 +25,9 @@ python -c 'import torch, transformers; print(torch.__version__, transformers.__v
 cat "$OUT/versions.txt"
 
 t0=$(date +%s)
-HACPO_TEST_DEVICE=cuda timeout -k 10 220 python -m pytest -q -p no:cacheprovider --durations=10 \
+HACPO_TEST_DEVICE=cuda timeout -k 10 240 python -m pytest -q -p no:cacheprovider --durations=10 \
   tests/test_local_engine.py tests/test_lm.py tests/test_agents.py tests/test_eval_settings.py tests/test_cli.py \
+  tests/test_adapters.py \
   > "$OUT/pytest.txt" 2>&1
 echo "pytest rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/pytest.txt"
 tail -n 3 "$OUT/pytest.txt"
@@ -38,6 +41,6 @@ for precision in fp32 bf16; do
 done
 
 t0=$(date +%s)
-timeout -k 10 300 python benchmarks/bench_gpu.py --out "$OUT/bench" > "$OUT/bench.txt" 2>&1
+timeout -k 10 280 python benchmarks/bench_gpu.py --out "$OUT/bench" > "$OUT/bench.txt" 2>&1
 echo "bench rc=$? in $(( $(date +%s) - t0 )) s" | tee -a "$OUT/bench.txt"
 tail -n 40 "$OUT/bench.txt"

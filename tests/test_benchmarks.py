@@ -26,8 +26,10 @@ def test_bench_gpu_tiny_on_cpu(tmp_path):
     assert set(report["pairs"]) == {"small", "realistic"}
     for pair, body in report["pairs"].items():
         assert [(x["method"], len(x["agents"])) for x in body["runs"]] == [
-            ("gspo", 1), ("gspo", 1), ("gspo_x2", 1), ("gspo_x2", 1), ("hacpo", 2)]  # fmt: skip
+            ("gspo", 1), ("gspo", 1), ("gspo_x2", 1), ("gspo_x2", 1), ("hacpo", 2),
+            ("hacpo+lora8", 2)]  # fmt: skip
         assert body["compare"]["hacpo_over_gspo_x2"] > 0 and "hacpo_time_split" in body["compare"]
+        assert body["compare"]["hacpo_lora_over_hacpo_step"] > 0  # issue 42: the LoRA case
         assert all(x["synthetic_reward"] == (pair == "realistic") for x in body["runs"])
     assert "declared synthetic reward" in (out / "bench_gpu.md").read_text()
 
@@ -38,4 +40,4 @@ def test_bench_gpu_tiny_on_cpu(tmp_path):
     cut = report["pairs"]["realistic"]
     del cut["compare"], cut["runs"][2:]
     text = bench.markdown(report)
-    assert "(incomplete: 2 of 5 runs)" in text and text.count("| gspo (") == 4 and "hacpo (" in text
+    assert "(incomplete: 2 of 6 runs)" in text and text.count("| gspo (") == 4 and "hacpo (" in text

@@ -428,7 +428,8 @@ def test_lora_reaches_openrlhf_as_its_own_options_per_agent(tmp_path):
     assert "ds.lora.target_modules" not in f  # all-linear: OpenRLHF's default, never passed as a name
     assert "ds.lora.rank" not in argv_of(paper_run("gspo"), tmp_path)
     some = {"lora": {"rank": 2, "target_modules": ["q_proj", "v_proj"]}}
-    assert argv_of(paper_run("gspo", adapter=some), tmp_path)["ds.lora.target_modules"] == ["q_proj", "v_proj"]
+    targets = argv_of(paper_run("gspo", adapter=some), tmp_path)["ds.lora.target_modules"]
+    assert targets == ["q_proj", "v_proj"]
 
     cfg = joint_run("q1p7b_q4b")
     agents = [a.model_dump() for a in cfg.agents]
@@ -450,8 +451,8 @@ def test_lora_reaches_openrlhf_as_its_own_options_per_agent(tmp_path):
 
 
 def test_the_merged_sync_sends_base_weights_plus_the_adapter_under_vllms_names(small_agent):
-    """What the weight sync sends for a LoRA actor (hacpo.engines.openrlhf.lora.merged_weights): one tensor per
-    adapted linear, named as in the base model's checkpoint (what vLLM loads), equal to peft's own merge;
+    """What the weight sync sends for a LoRA actor (hacpo.engines.openrlhf.lora.merged_weights): one tensor
+    per adapted linear, named as in the base model's checkpoint (what vLLM loads), equal to peft's own merge;
     the frozen embedding and head are not sent (vLLM keeps the base's)."""
     import torch
     from transformers import AutoModelForCausalLM

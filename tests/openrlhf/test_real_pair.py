@@ -180,8 +180,8 @@ def test_the_real_pairs_joint_run_trained_both_models_on_each_others_rows(real_r
 
 
 def test_the_real_pairs_joint_run_trained_lora_adapters(real_rehearsal):
-    """config/rehearsal-real.yaml trains LoRA adapters (issue 42): each final checkpoint is an adapter over its
-    imported base (megabytes, no model weights), the KL reference was the actor with its adapter off (no
+    """config/rehearsal-real.yaml trains LoRA adapters (issue 42): each final checkpoint is an adapter over
+    its imported base (megabytes, no model weights), the KL reference was the actor with its adapter off (no
     reference model was started), and the merged weights synced into vLLM (the sync check above, and the
     engine gap at every step)."""
     from hacpo.agents import adapters
