@@ -5,7 +5,8 @@ run_dir/run.json                         RunRecord: status, resumable step, conf
 run_dir/metrics.jsonl                    one JSON object per training step (same schema for every engine)
 run_dir/updates.jsonl                    one JSON object per learner's optimizer update (Update)
 run_dir/profile.json                     per-phase wall time, tokens/s, peak memory
-run_dir/checkpoints/<agent>/step-N/      Hugging Face format (+ trainer_state.pt for resume)
+run_dir/checkpoints/<agent>/step-N/      Hugging Face format or a LoRA adapter (+ trainer_state.pt for resume,
+                                         hacpo-checkpoint.json: what it holds, written last)
 ```
 """
 
@@ -395,6 +396,81 @@ class MetricsLog:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+
+
+CHECKPOINT_MANIFEST = "hacpo-checkpoint.json"  # what a checkpoint holds: its last write (issue 43)
+
+
+def write_checkpoint_manifest(folder: str | Path) -> None:
+    """Record every file of a checkpoint folder (name, bytes, SHA-256) in :data:`CHECKPOINT_MANIFEST`, the
+    folder's last write: a checkpoint damaged later (a disk error, a copy cut short) no longer matches it."""
+    folder = Path(folder)
+    files = {
+        p.name: {"bytes": p.stat().st_size, "sha256": sha256_file(p)}
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != CHECKPOINT_MANIFEST
+    }
+    atomic_write_json(folder / CHECKPOINT_MANIFEST, {"version": 1, "files": files})
+
+
+def checkpoint_problem(folder: str | Path) -> str | None:
+    """Why the checkpoint at ``folder`` cannot be resumed from (a file missing, cut short or changed against
+    its manifest), or None when it is intact. A checkpoint from before manifests is taken as it is."""
+    folder = Path(folder)
+    manifest = folder / CHECKPOINT_MANIFEST
+    if not manifest.is_file():
+        return None if (folder / "trainer_state.pt").is_file() else "no manifest and no trainer_state.pt"
+    try:
+        files = json.loads(manifest.read_text())["files"]
+    except (ValueError, KeyError, TypeError) as err:
+        return f"its manifest {CHECKPOINT_MANIFEST} is unreadable ({err})"
+    for name, want in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = path.stat().st_size
+        if size != want["bytes"]:
+            return f"{name} has {size:,} bytes, {want['bytes']:,} when it was written"
+        if sha256_file(path) != want["sha256"]:
+            return f"{name} differs from what was written (SHA-256)"
+    return None
+
+
+def set_aside(folder: str | Path) -> Path:
+    """Move a broken checkpoint ``…/step-N`` out of resume's and pruning's way, to ``…/broken-step-N``
+    (``-2``, ``-3`` … if that exists); returns the new path."""
+    folder = Path(folder)
+    target = folder.with_name(f"broken-{folder.name}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = folder.with_name(f"broken-{folder.name}-{n}")
+    os.replace(folder, target)
+    return target
+
+
+def intact_resume_step(run_dir: str | Path, agents: Iterable[str], say=print) -> int:
+    """The newest step whose checkpoints are intact for every agent (0: none was ever written). Broken
+    checkpoints newer than it are set aside (:func:`set_aside`), each named with why. When checkpoints exist
+    but none is intact, a ValueError says so and nothing is moved: a rerun fails the same way instead of
+    training over them."""
+    agents = list(agents)
+    broken: list[tuple[Path, str]] = []
+    for step in reversed(checkpoint_steps(run_dir, agents)):
+        folders = [Path(run_dir) / "checkpoints" / a / f"step-{step}" for a in agents]
+        problems = [(f, why) for f in folders if (why := checkpoint_problem(f))]
+        if not problems:
+            for folder, why in broken:
+                say(f"hacpo: checkpoint {folder} is broken: {why}; moved to {set_aside(folder)}")
+            return step
+        broken += problems
+    if broken:
+        listed = "; ".join(f"{f} ({why})" for f, why in broken)
+        raise ValueError(
+            f"{run_dir}: no intact checkpoint to resume from ({listed}): restore them from a copy, or "
+            "delete the run directory to train it again from the start"
+        )
+    return 0
 
 
 def checkpoint_steps(run_dir: str | Path, agents: Iterable[str]) -> list[int]:

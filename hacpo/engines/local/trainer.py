@@ -65,11 +65,12 @@ from hacpo.runio import (
     Profile,
     RunRecord,
     atomic_dir,
-    checkpoint_steps,
+    intact_resume_step,
     read_jsonl,
     run_lock,
     sweep_temporaries,
     versions,
+    write_checkpoint_manifest,
 )
 
 NO_CUDA = "device: cuda, but torch sees no CUDA device here: use device: auto (or cpu)"
@@ -282,10 +283,12 @@ class LocalTrainer:
         if prev is not None and prev.complete:
             return -1
         sweep_temporaries(self.out)  # leftovers of writes a kill interrupted (never read as complete)
-        steps = checkpoint_steps(self.out, [a.name for a in self.agents])
-        start = steps[-1] if steps else 0
+        # the newest checkpoint every agent has intact (a damaged one is set aside, named with why)
+        start = intact_resume_step(self.out, [a.name for a in self.agents], say=_say)
         if start:
             print(f"resuming {self.out} from its step-{start} checkpoint", file=sys.stderr, flush=True)
+            if prev is not None and prev.step > start:
+                _say(f"hacpo: steps {start + 1}–{prev.step} of {self.out} will be trained again")
             self._load_checkpoint(start)
         self.loop.resume(start, self.validate)
         self._write_run_json("running", start)
@@ -339,6 +342,7 @@ class LocalTrainer:
                     },
                     tmp / "trainer_state.pt",
                 )
+                write_checkpoint_manifest(tmp)  # last: what the checkpoint holds, checked on resume
         self._write_run_json("running", step)
         self._prune_checkpoints(step)
 
@@ -740,6 +744,10 @@ class LocalTrainer:
                 )
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
