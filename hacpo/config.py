@@ -43,6 +43,7 @@ RUNTIME_OPTIONS = (
     "threads",
     "scorer_workers",
     "reward_timeout_s",
+    "reward_retry_budget_s",
     "device",
     "gradient_checkpointing",
     "micro_batch_tokens",
@@ -259,6 +260,9 @@ class TrainConfig(BaseModel):
     scorer_workers: int = Field(0, ge=0)
     # the reward's hard deadline: one math-verify item (None: 2 s) or one custom verifier call (None: 30 s)
     reward_timeout_s: float | None = Field(None, gt=0)
+    # a custom verifier's retries of failed batches within one step (or validation), in parallel: items
+    # still unscored when it is spent score 0, each named (None: two deadlines)
+    reward_retry_budget_s: float | None = Field(None, ge=0)
     progress: bool = False
     # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
     openrlhf: OpenRLHFOptions | None = None

@@ -115,3 +115,17 @@ def test_a_config_none_of_whose_runs_started(tmp_path, monkeypatch, capsys):
         "left_s_unknown": 10,
     }
     assert not (tmp_path / "results").exists()  # status writes nothing, not even a results folder
+
+
+def test_a_run_that_spends_most_of_its_time_verifying_says_so(tmp_path):
+    """Issue 43: a custom verifier's seconds per step (metrics ``verifier/seconds``) against the step time:
+    past half of it, the status line says so, so a slow verifier is not read as a slow model."""
+    slow = _run(tmp_path, "slow", "interrupted", 4)
+    rows = [json.loads(line) for line in (slow / "metrics.jsonl").read_text().splitlines()]
+    lines = "".join(json.dumps({**r, "verifier/seconds": 2.0}) + "\n" for r in rows)
+    (slow / "metrics.jsonl").write_text(lines)
+    fast = _run(tmp_path, "fast", "interrupted", 4)
+    runs = [read_status(slow, 10, "h1"), read_status(fast, 10, "h1")]
+    assert runs[0].verifying == pytest.approx(2.0 / 2.5) and runs[1].verifying == 0.0
+    text = render(runs).splitlines()
+    assert "verifying 80% of the time" in text[1] and "verifying" not in text[2]

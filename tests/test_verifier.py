@@ -51,8 +51,69 @@ def test_a_hung_verifier_is_killed_at_its_deadline_and_only_its_item_scores_0():
         got = s.score([*RESPONSES, "hang answer: 7"], [*ANSWERS, "7"])
         assert got == [1.0, 1.0, 0.0, 1.0, 0.0]
         assert s.verifier_failed == 1
-        assert s.verifier.pool.kills == 2  # the batch, then the item alone
+        assert sum(p.kills for p in s.verifier.pools) == 2  # the batch, then the item alone
         assert s.score(RESPONSES, ANSWERS) == [1.0, 1.0, 0.0, 1.0]  # a fresh worker took over
+
+
+def test_hanging_items_are_retried_in_parallel_so_k_of_them_cost_about_one_deadline(caplog):
+    """Issue 43: a failed batch's items are spread over the retry workers, each under its own deadline:
+    4 hanging items of a batch cost the batch's deadline plus about one more, not 4 more; each scores 0
+    and is named, the others keep their rewards, and the counts say what happened."""
+    import time
+
+    responses = [*RESPONSES, "hang answer: 7", "hang answer: 8", "hang answer: 9", "hang answer: 10"]
+    answers = [*ANSWERS, "7", "8", "9", "10"]
+    with scorer("hangs_on_hang", timeout_s=2.0) as s, caplog.at_level(logging.WARNING, logger="hacpo.reward"):
+        s.score(RESPONSES, ANSWERS)  # workers started and warm
+        s.take_verifier_counts()
+        t0 = time.monotonic()
+        got = s.score(responses, answers, ids=[f"i{k}" for k in range(8)])
+        took = time.monotonic() - t0
+        counts = s.take_verifier_counts()
+    assert got == [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert took < 2 * 2.0 + 3.0, took  # serial retries would take 2 + 4 × 2 = 10 s
+    assert counts["verifier/retried"] == 8 and counts["verifier/timed_out"] == 4
+    assert counts["verifier/failed"] == 4 and counts["verifier/seconds"] >= 4.0
+    named = [r.getMessage() for r in caplog.records if "scored 0" in r.getMessage()]
+    assert all(any(f"item i{k}," in m for m in named) for k in range(4, 8))
+
+
+def test_a_steps_retries_stop_at_its_budget_and_the_rest_score_0():
+    """The retries of one step share the budget (reward_retry_budget_s): once spent, items still unscored
+    score 0 and are counted; the next step has the whole budget again."""
+    import time
+
+    responses = ["hang answer: 1", "answer: 2"]
+    with Scorer(workers=1, timeout_s=3.0, reward={"file": str(FIXTURE), "name": "hangs_on_hang"},
+                retry_budget_s=1.0) as s:  # fmt: skip
+        s.score(["answer: 2"], ["2"])
+        s.new_step()
+        t0 = time.monotonic()
+        assert s.score(responses, ["1", "2"]) == [0.0, 1.0]  # the fast item was scored within the budget
+        assert time.monotonic() - t0 < 3.0 + 1.0 + 1.5
+        counts = s.take_verifier_counts()
+        assert counts["verifier/timed_out"] == 1
+        t0 = time.monotonic()
+        assert s.score(responses, ["1", "2"]) == [0.0, 0.0]  # budget spent: nothing more is retried
+        assert time.monotonic() - t0 < 3.0 + 1.0
+        s.new_step()  # a new step: the whole budget again
+        assert s.score(responses, ["1", "2"]) == [0.0, 1.0]
+
+
+def test_identical_items_are_verified_once_and_share_a_success_or_a_failure(tmp_path, monkeypatch):
+    log = tmp_path / "calls.txt"
+    monkeypatch.setenv("HACPO_TEST_VERIFIER_LOG", str(log))
+    responses = ["answer: 3", "answer: 3", "answer: 4", "boom answer: 5", "boom answer: 5", "answer: 3"]
+    answers = ["3", "3", "3", "5", "5", "3"]
+    meta = [{}, {}, {}, {}, {}, {"credit": 2}]  # the last differs by its metadata: verified on its own
+    with scorer("logs_items") as s:
+        got = s.score(responses, answers, meta, ids=list("abcdef"))
+        counts = s.take_verifier_counts()
+    assert got == [1.0, 1.0, 0.0, 0.0, 0.0, 2.0]
+    seen = log.read_text().splitlines()
+    # the batch of 4 distinct items, then each retried alone (the batch raised on "boom")
+    assert len(seen) == 4 + 4 and seen.count("boom answer: 5") == 2
+    assert counts["verifier/shared"] == 2 and counts["verifier/failed"] == 2  # both "boom" copies named
 
 
 def test_a_verifier_failing_on_a_whole_first_batch_stops_the_run_naming_the_key():
@@ -193,8 +254,10 @@ def test_the_local_engine_trains_joint_hacpo_with_a_verifier_and_each_records_me
     calls = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     seen = [m for call in calls for m in call]  # one line per batch call
     assert seen and all(set(m) == {"target"} for m in seen)  # each record's own metadata reached it
-    assert len(seen) == 2 * 2 * 4 * 4 + 2 * 2 * 8  # 2 steps × 2 agents × 16 rollouts; 2 validations × 2 × 8
     rows = list(read_jsonl(tmp_path / "hacpo" / "metrics.jsonl"))
+    # 2 steps × 2 agents × 16 rollouts and 2 validations × 2 agents × 8 problems, identical items once
+    assert len(seen) <= 2 * 2 * 4 * 4 + 2 * 2 * 8
+    assert all({"verifier/seconds", "verifier/shared", "verifier/retried"} <= set(r) for r in rows)
     assert any(r["a/reward"] > 0 for r in rows)  # the toy agents box right answers: the verifier says so
     assert all(r["verifier_failed"] == 0 for r in rows)
 

@@ -20,6 +20,7 @@ from hacpo.lifecycle import moved_aside, run_inputs, standing
 from hacpo.runio import Metric, MetricsLog, Validation
 
 LEFT = ("planned", "running", "interrupted", "failed", "stale")  # states with training still to do
+VERIFYING_NOTE = 0.5  # a run whose verifier takes this share of its step time says so
 
 
 @dataclass
@@ -33,6 +34,7 @@ class RunStatus:
     elapsed_s: float | None
     left_s: float | None
     moved_aside: int
+    verifying: float | None = None  # share of the run's step time a custom verifier took (issue 43)
 
     @property
     def group(self) -> str:
@@ -62,7 +64,9 @@ def read_status(run_dir: str | Path, steps: int | None = None, config_hash: str 
     if left is None and rows and steps:
         left = max(steps - step, 0) * statistics.fmean(times)
     aside = len(moved_aside(run_dir))
-    return RunStatus(str(run_dir), now.state, now.why, step, steps, val, elapsed, left, aside)
+    verifier_s = sum(float(r.get("verifier/seconds") or 0) for r in rows)
+    verifying = verifier_s / sum(times) if rows and sum(times) > 0 else None
+    return RunStatus(str(run_dir), now.state, now.why, step, steps, val, elapsed, left, aside, verifying)
 
 
 def workflow_status(pipe) -> list[RunStatus]:
@@ -122,6 +126,8 @@ def render(runs: list[RunStatus], tty: bool = False) -> str:
     for r in runs:
         state = r.state + (f" ({r.why})" if r.why else "")
         state += f" +{r.moved_aside} aside" if r.moved_aside else ""
+        if r.verifying is not None and r.verifying >= VERIFYING_NOTE:  # a slow verifier, not a slow model
+            state += f" (verifying {r.verifying:.0%} of the time)"
         step = f"{r.step}/{r.steps if r.steps is not None else '?'}"
         acc = " ".join(f"{v:.3f}" for v in r.val_acc.values()) or "—"
         lines.append(f"{r.run:{width}s}  {state:12s} {step:>9s}  {acc:16s} {_dur(r.elapsed_s):>8s} "

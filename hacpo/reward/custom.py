@@ -11,9 +11,11 @@ finite numbers (0/1 for HACPO's verifiable rewards; partial credit is allowed).
 Bounded and total, as math-verify is (:mod:`hacpo.reward.pool`): the verifier runs only in worker processes,
 each call under a hard deadline (a run's ``reward_timeout_s``, default 30 s; a hung worker is killed and
 replaced). A batch that raises, overruns, or returns the wrong count, a NaN, an infinity or a non-number is
-retried one item at a time, so only the failing items score 0; each is counted (:attr:`VerifierRunner.failed`)
-and logged with its id, and the run goes on. A verifier that cannot be imported, or fails on every item of its
-first batch, stops the run before any update with a :class:`VerifierError` naming the config key.
+retried one item per call, in parallel and under the step's retry budget (:class:`VerifierRunner`), so
+only the failing items score 0; each is counted (:attr:`VerifierRunner.failed`) and logged with its id, and
+the run goes on. Identical items are verified once. A verifier that cannot be imported, or fails on every
+item of its first batch, stops the run before any update with a :class:`VerifierError` naming the config
+key.
 
 Identity (:meth:`CustomReward.identity`): the target and the SHA-256 of its source file, so editing the
 verifier retrains exactly the runs that use it; the deadline (``reward_timeout_s``) and the worker count
@@ -30,6 +32,7 @@ import logging
 import math
 import numbers
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -203,19 +206,56 @@ def verifier_job(spec: dict):
     return job
 
 
+RETRY_WORKERS = 8  # processes that retry a failed batch's items in parallel (mostly idle while one hangs)
+
+
 class VerifierRunner:
     """Scores batches with a :class:`CustomReward` in ``workers`` (≥ 1) processes, each call under
-    ``timeout_s`` (module docstring)."""
+    ``timeout_s`` (module docstring).
 
-    def __init__(self, spec: CustomReward, workers: int = 1, timeout_s: float = 30.0):
+    Items with the same response, answer and metadata are verified once and share the result, a failure as
+    well as a success (rollouts of one prompt often repeat an answer). A failed batch's items are retried
+    one per call, spread over :data:`RETRY_WORKERS` processes, each under its own deadline, so that k hanging
+    items cost about one deadline, not k; the retries of a step share ``retry_budget_s`` (default two
+    deadlines; :meth:`new_step` renews it) and items still unscored when it is spent score 0, counted and
+    named like every other failure. :meth:`take_counts` gives what a step spent (seconds, retried,
+    timed-out, shared, failed items)."""
+
+    def __init__(
+        self,
+        spec: CustomReward,
+        workers: int = 1,
+        timeout_s: float = 30.0,
+        retry_budget_s: float | None = None,
+        retry_workers: int = RETRY_WORKERS,
+    ):
         spec.check_unchanged()
         load_verifier(spec)  # fails here, in the parent, naming the key, before any worker or update
         self.spec = spec
         self.workers = max(1, workers)
-        job = ("hacpo.reward.custom:verifier_job", spec.model_dump())
-        self.pool = Pool(self.workers, timeout_s, timeout_s, job=job)
+        self.timeout_s = timeout_s
+        self.job = ("hacpo.reward.custom:verifier_job", spec.model_dump())
+        self.pool = Pool(self.workers, timeout_s, timeout_s, job=self.job)
+        self.retry_workers = max(1, retry_workers)
+        self._retry_pool: Pool | None = None  # started at the first failed batch, kept for the run
+        self.retry_budget_s = 2 * timeout_s if retry_budget_s is None else retry_budget_s
+        self.budget_left = self.retry_budget_s
         self.failed = 0  # items scored 0 because the verifier failed on them (all batches so far)
+        self.counts = dict.fromkeys(VERIFIER_COUNTS, 0.0)  # since the last take_counts
         self._first = True
+
+    @property
+    def pools(self) -> list[Pool]:
+        return [p for p in (self.pool, self._retry_pool) if p is not None]
+
+    def new_step(self) -> None:
+        """A new step (or validation): the retry budget is whole again."""
+        self.budget_left = self.retry_budget_s
+
+    def take_counts(self) -> dict[str, float]:
+        """What the verifier spent since the last call (:data:`VERIFIER_COUNTS`), then zeroed."""
+        out, self.counts = self.counts, dict.fromkeys(VERIFIER_COUNTS, 0.0)
+        return out
 
     def score(
         self,
@@ -233,41 +273,80 @@ class VerifierRunner:
             )
         if n == 0:
             return []
-        size = -(-n // self.workers)  # one call per worker
-        parts = [list(range(s, min(n, s + size))) for s in range(0, n, size)]
-        calls = [
-            ([responses[i] for i in p], [answers[i] for i in p], [metadata[i] for i in p]) for p in parts
-        ]
-        values: list[float | None] = [None] * n
-        retry = []
-        for part, (ok, got) in zip(parts, self.pool.run(calls), strict=True):
-            if ok:
-                for i, v in zip(part, got, strict=True):
-                    values[i] = v
-            else:
-                logger.warning(
-                    "verifier %s failed on a batch of %d (%s); retrying its items one at a time",
-                    self.spec.target,
-                    len(part),
-                    got,
-                )
-                retry += part
-        errors = {}
-        if retry:
-            singles = [([responses[i]], [answers[i]], [metadata[i]]) for i in retry]
-            for i, (ok, got) in zip(retry, self.pool.run(singles), strict=True):
-                if ok:
-                    values[i] = got[0]
-                else:
-                    values[i], errors[i] = 0.0, got
-        if self._first and len(errors) == n:
+        t0 = time.monotonic()
+        # each distinct (response, answer, metadata) once; its result is every copy's
+        unique: dict[tuple, int] = {}
+        of = [unique.setdefault(_item_key(responses[i], answers[i], metadata[i]), i) for i in range(n)]
+        firsts = sorted(set(of))
+        values, errors = self._score_unique(firsts, responses, answers, metadata, ids)
+        self.counts["shared"] += n - len(firsts)
+        failed = [i for i in range(n) if of[i] in errors]
+        if self._first and len(failed) == n:
             example = next(iter(errors.values()))
             raise VerifierError(
                 f"reward: the verifier {self.spec.target!r} failed on every item of the first "
                 f"batch ({n}), e.g. item {ids[0]}: {example}"
             )
         self._first = False
-        for i, why in errors.items():
+        for i in failed:
+            why = errors[of[i]]
             logger.warning("verifier %s failed on item %s, scored 0: %s", self.spec.target, ids[i], why)
-        self.failed += len(errors)
-        return [float(v) for v in values]
+        self.failed += len(failed)
+        self.counts["failed"] += len(failed)
+        self.counts["seconds"] += time.monotonic() - t0
+        return [0.0 if of[i] in errors else float(values[of[i]]) for i in range(n)]
+
+    def _score_unique(self, items, responses, answers, metadata, ids) -> tuple[dict, dict]:
+        """``items`` (indices of distinct items) → (values, errors) by index: batch calls, one per worker,
+        then the items of failed batches retried in parallel under the step's budget."""
+        size = -(-len(items) // self.workers)  # one call per worker
+        parts = [items[s : s + size] for s in range(0, len(items), size)]
+        calls = [
+            ([responses[i] for i in p], [answers[i] for i in p], [metadata[i] for i in p]) for p in parts
+        ]
+        values: dict[int, float] = {}
+        retry: list[int] = []
+        for part, (ok, got) in zip(parts, self.pool.run(calls), strict=True):
+            if ok:
+                values.update(zip(part, got, strict=True))
+            else:
+                logger.warning(
+                    "verifier %s failed on a batch of %d (%s); retrying its items one by one in parallel",
+                    self.spec.target,
+                    len(part),
+                    got,
+                )
+                retry += part
+        errors: dict[int, str] = {}
+        if not retry:
+            return values, errors
+        self.counts["retried"] += len(retry)
+        if self.budget_left <= 0:
+            return values, {i: "the step's retry budget was spent" for i in retry}
+        if self._retry_pool is None:
+            self._retry_pool = Pool(self.retry_workers, self.timeout_s, self.timeout_s, job=self.job)
+        singles = [([responses[i]], [answers[i]], [metadata[i]]) for i in retry]
+        t0 = time.monotonic()
+        results = self._retry_pool.run(singles, budget_s=self.budget_left)
+        self.budget_left -= time.monotonic() - t0
+        for i, (ok, got) in zip(retry, results, strict=True):
+            if ok:
+                values[i] = got[0]
+                continue
+            if got == "killed":
+                self.counts["timed_out"] += 1
+                got = f"no answer within the deadline ({self.timeout_s:g} s)"
+            elif got == "budget":
+                self.counts["timed_out"] += 1
+                got = f"unscored when the step's retry budget ({self.retry_budget_s:g} s) was spent"
+            errors[i] = got
+        return values, errors
+
+
+# Per-step counts of a verifier (metrics ``verifier/<name>``): its seconds, items retried one by one, items
+# that got no answer in time (deadline or budget), items that shared another's result, items scored 0
+VERIFIER_COUNTS = ("seconds", "retried", "timed_out", "shared", "failed")
+
+
+def _item_key(response: str, answer: str, metadata: dict) -> tuple:
+    return (response, answer, json.dumps(metadata, sort_keys=True, default=str))

@@ -192,11 +192,13 @@ class Pool:
         self._replace(w)
         return done
 
-    def run(self, tasks: Sequence[tuple]) -> list[tuple]:
+    def run(self, tasks: Sequence[tuple], budget_s: float | None = None) -> list[tuple]:
         """Each task's result: the job's tuple, or ``(False, "killed" | "crashed")`` for an item that overran
-        ``timeout_s`` or crashed its worker twice."""
+        ``timeout_s`` or crashed its worker twice. ``budget_s``: the whole call's wall time; items unfinished
+        when it is spent get ``(False, "budget")`` (their busy workers are replaced)."""
         if self._closed:
             raise RuntimeError("hacpo.reward: pool is closed")
+        t_start = time.monotonic()
         results: list[Any] = [None] * len(tasks)
         # Same-gold items travel together, so each worker's gold-parse cache is hit instead of re-parsing.
         queue: deque[int] = deque(sorted(range(len(tasks)), key=lambda i: str(tasks[i][1])))
@@ -205,6 +207,9 @@ class Pool:
         try:
             while remaining:
                 now = time.monotonic()
+                if budget_s is not None and now - t_start >= budget_s:
+                    self._spend(results, queue)
+                    break
                 idle = [w for w in self._workers if w.ready and not w.inflight]
                 for w in idle:
                     if not queue:
@@ -221,6 +226,8 @@ class Pool:
                         self.crashes += 1
                         self._fail_worker(w, results, queue, "crashed", crashes)
                 waits = [w.item_t0 + self.timeout_s - now for w in self._workers if w.inflight]
+                if budget_s is not None:
+                    waits.append(t_start + budget_s - now)
                 waits += [w.started + _WORKER_START_TIMEOUT_S - now for w in self._workers if not w.ready]
                 by_conn = {w.rconn: w for w in self._workers}
                 for conn in _conn_wait(list(by_conn), timeout=max(0.0, min(waits, default=1.0))):
@@ -262,6 +269,19 @@ class Pool:
                         pass
             raise
         return results
+
+    def _spend(self, results: list, queue: deque[int]) -> None:
+        """The call's budget is spent: every unfinished item gets ``(False, "budget")``; busy workers are
+        replaced (their answers would otherwise arrive in the next call)."""
+        for w in list(self._workers):
+            if w.inflight:
+                for idx in w.inflight:
+                    results[idx] = (False, "budget")
+                w.inflight.clear()
+                self._replace(w)
+        for idx in queue:
+            results[idx] = (False, "budget")
+        queue.clear()
 
     def wait_ready(self, timeout: float) -> bool:
         """Block until every worker has started (or ``timeout`` s passed); True if all are ready."""

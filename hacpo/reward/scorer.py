@@ -41,7 +41,8 @@ class Scorer:
     :func:`~hacpo.reward.hendrycks.hendrycks_score` in the calling process (pure string code: no pool is
     started whatever ``workers`` says, no deadline, no cache). A :class:`~hacpo.reward.custom.CustomReward`
     (or its dict) runs that verifier in ``max(1, workers)`` processes under ``timeout_s``
-    (:mod:`hacpo.reward.custom`): rewards are its numbers, and :meth:`score` passes it each item's metadata.
+    (:mod:`hacpo.reward.custom`): rewards are its numbers, and :meth:`score` passes it each item's metadata;
+    ``retry_budget_s`` bounds a step's retries of its failed batches (default two deadlines).
     """
 
     def __init__(
@@ -51,6 +52,7 @@ class Scorer:
         cache_size: int = _DEFAULT_CACHE,
         *,
         reward: str | CustomReward | dict = "math_verify",
+        retry_budget_s: float | None = None,
     ):
         if isinstance(reward, dict):
             reward = CustomReward(**reward)
@@ -63,7 +65,9 @@ class Scorer:
             timeout_s = VERIFIER_TIMEOUT_S if custom else MATH_VERIFY_TIMEOUT_S
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        self.verifier = VerifierRunner(reward, workers, float(timeout_s)) if custom else None
+        self.verifier = (
+            VerifierRunner(reward, workers, float(timeout_s), retry_budget_s) if custom else None
+        )
         self.workers = workers
         self.reward = reward
         self.timeout_s = float(timeout_s)
@@ -91,7 +95,7 @@ class Scorer:
             self._pool = self._fallback = None
 
     def _close_pools(self) -> None:
-        for pool in (self._pool, self._fallback, self.verifier and self.verifier.pool):
+        for pool in (self._pool, self._fallback, *(self.verifier.pools if self.verifier else ())):
             if pool is not None:
                 pool.close()
 
@@ -137,6 +141,17 @@ class Scorer:
                     raise RuntimeError("Scorer is closed")
                 return self.verifier.score(responses, golds, metadata, ids)
         return [1.0 if d["correct"] else 0.0 for d in self.score_detailed(responses, golds)]
+
+    def new_step(self) -> None:
+        """A step (or a validation) begins: a custom verifier's retry budget is whole again."""
+        if self.verifier is not None:
+            self.verifier.new_step()
+
+    def take_verifier_counts(self) -> dict[str, float]:
+        """A custom verifier's counts since the last call (``verifier/<name>`` metrics); {} otherwise."""
+        if self.verifier is None:
+            return {}
+        return {f"verifier/{k}": v for k, v in self.verifier.take_counts().items()}
 
     @property
     def verifier_failed(self) -> int:

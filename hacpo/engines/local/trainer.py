@@ -239,7 +239,8 @@ class LocalTrainer:
         self.agents = [load_learner(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
         self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
         self.scorer = Scorer(  # training and validation reward
-            workers=cfg.scorer_workers, timeout_s=cfg.reward_timeout_s, reward=cfg.reward
+            workers=cfg.scorer_workers, timeout_s=cfg.reward_timeout_s, reward=cfg.reward,
+            retry_budget_s=cfg.reward_retry_budget_s,
         )
         reuse = cfg.same_tokenizer == "reuse_ids"  # reencode: the released code decodes every response
         self.same_tok = [[reuse and same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
@@ -621,6 +622,7 @@ class LocalTrainer:
     @torch.no_grad()
     def validate(self, step: int) -> list[float]:
         """Greedy accuracy of every agent on the validation problems (the run loop logs it)."""
+        self.scorer.new_step()  # a validation has the retry budget of a step
         with self.phase("validate"), self.autocast():
             return [
                 greedy_accuracy(
@@ -689,6 +691,7 @@ class LocalTrainer:
         idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
         samples = cfg.group_size * self.method.rollout_multiplier
         names, problems = [a.name for a in self.agents], [self.problems[i] for i in idx]
+        self.scorer.new_step()  # a custom verifier's retry budget is per step
         return core.train_step(
             self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase,
             spec=self.spec,
@@ -722,6 +725,7 @@ class LocalTrainer:
             extras["mem/peak_gpu_mb"] = self.phase.peak_gpu_mb()
         if self.scorer.verifier is not None:  # items a custom verifier failed on, so far (each logged)
             extras["verifier_failed"] = float(self.scorer.verifier_failed)
+            extras |= self.scorer.take_verifier_counts()  # this step's: seconds, retried, timed-out, shared
         return extras
 
     def _self_old_rows(self, k, rolls, omegas, problems) -> Rows:
