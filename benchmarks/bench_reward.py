@@ -11,6 +11,9 @@ tasks, 30% LaTeX answers such as ``\\frac{3}{4}``, ``2\\sqrt{3}``, ``\\pi/2``, a
 - ``unique``: LaTeX answers drawn from wide ranges (almost never repeated) and the cache off: the cost of
               math-verify itself (worst case).
 
+``--hanging-verifier A B``: a toy HACPO run whose verifier of your own hangs on one prompt in ten, against the
+same run with it well behaved (issue 43: seconds per step, items retried, timed out and shared).
+
 Also scores a hostile corpus item by item and reports the maximum per-item wall latency, and every workload
 with ``reward="hendrycks"`` (the as-released exact match: pure string code in the calling process).
 
@@ -242,8 +245,64 @@ def bench_real_golds(golds: dict[str, list[tuple[str, str]]], workers: int) -> N
             )
 
 
+HANGING_VERIFIER = """
+import hashlib, re, time
+
+def _boxed(r):
+    found = re.findall(r"\\\\boxed\\{([^}]*)\\}", r)
+    return found[-1] if found else None
+
+def exact(responses, answers, metadata):
+    return [1.0 if _boxed(r) == a else 0.0 for r, a in zip(responses, answers)]
+
+def hangs_on_one_prompt_in_ten(responses, answers, metadata):
+    # a pathological case keyed by the problem: every answer to one problem in ten never verifies
+    if any(int(hashlib.sha256(a.encode()).hexdigest(), 16) % 10 == 0 for a in answers):
+        time.sleep(3600)
+    return exact(responses, answers, metadata)
+"""
+
+
+def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: float | None) -> None:
+    """Issue 43: a toy HACPO run (2 agents, 8 prompts × G 8) with a verifier of your own that hangs on one
+    prompt in ten, against the same run with it well behaved; seconds per step and the verifier's counts."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from hacpo.config import load_train_config
+    from hacpo.engines.local.trainer import LocalTrainer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        verify = Path(tmp) / "verify.py"
+        verify.write_text(HANGING_VERIFIER)
+        for name in ("exact", "hangs_on_one_prompt_in_ten"):
+            cfg = load_train_config({
+                "method": "hacpo", "agents": [{"name": Path(a).name, "path": a} for a in agents],
+                "train_file": str(Path(data) / "train.jsonl"), "out_dir": str(Path(tmp) / name),
+                "steps": steps, "prompts_per_step": 8, "group_size": 8, "minibatch_size": 64,
+                "val_every": 0, "val_size": 0, "checkpoint_every": 0, "seed": 0,
+                "reward": {"file": str(verify), "name": name}, "reward_timeout_s": timeout_s,
+            })  # fmt: skip
+            trainer = LocalTrainer(cfg)
+            rows = [trainer.train_step(s).row for s in range(steps)]
+            trainer.scorer.close()
+            step_s = [r["time/step_s"] for r in rows]
+            kinds = ("retried", "timed_out", "shared")
+            counts = {k: sum(r.get(f"verifier/{k}", 0) for r in rows) for k in kinds}
+            score_s = sum(r["time/score_s"] for r in rows) / steps
+            print(f"verifier {name}: s/step {json.dumps([round(x, 1) for x in step_s])} (mean "
+                  f"{sum(step_s) / steps:.1f}), score s/step {score_s:.1f}, items over the run: {counts}, "
+                  f"failed {rows[-1]['verifier_failed']:.0f}", flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hanging-verifier", nargs=2, metavar=("AGENT_A", "AGENT_B"),
+                    help="only the hanging-verifier case (issue 43), on these two toy agents")  # fmt: skip
+    ap.add_argument("--hang-data", default=".cache/test-agents/data-add2-s0", help="its train.jsonl's folder")
+    ap.add_argument("--hang-steps", type=int, default=3)
+    ap.add_argument("--hang-timeout", type=float, default=None, help="the verifier's deadline (default 30 s)")
     ap.add_argument("--batches", type=int, default=8, help="batches of 512 responses per workload")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--seed", type=int, default=0)
@@ -253,6 +312,9 @@ def main() -> None:
     args = ap.parse_args()
 
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    if args.hanging_verifier:
+        bench_hanging_verifier(args.hanging_verifier, args.hang_data, args.hang_steps, args.hang_timeout)
+        return
     golds = real_golds(args.data_dir) if os.path.isdir(args.data_dir) else None
     if golds is None:
         print(f"real golds: skipped ({args.data_dir} does not hold the dataset files)")

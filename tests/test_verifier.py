@@ -78,6 +78,18 @@ def test_hanging_items_are_retried_in_parallel_so_k_of_them_cost_about_one_deadl
     assert all(any(f"item i{k}," in m for m in named) for k in range(4, 8))
 
 
+def test_a_one_item_call_that_hangs_costs_one_deadline_not_two():
+    """OpenRLHF scores one sample per call: a failed call of one item is already that item alone."""
+    import time
+
+    with scorer("hangs_on_hang", timeout_s=1.5) as s:
+        s.score(["answer: 2"], ["2"])
+        t0 = time.monotonic()
+        assert s.score(["hang answer: 1"], ["1"]) == [0.0]
+        assert time.monotonic() - t0 < 1.5 + 1.2
+        assert s.take_verifier_counts()["verifier/timed_out"] == 1 and s.verifier_failed == 1
+
+
 def test_a_steps_retries_stop_at_its_budget_and_the_rest_score_0():
     """The retries of one step share the budget (reward_retry_budget_s): once spent, items still unscored
     score 0 and are counted; the next step has the whole budget again."""

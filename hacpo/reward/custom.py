@@ -306,9 +306,12 @@ class VerifierRunner:
         ]
         values: dict[int, float] = {}
         retry: list[int] = []
+        errors: dict[int, str] = {}
         for part, (ok, got) in zip(parts, self.pool.run(calls), strict=True):
             if ok:
                 values.update(zip(part, got, strict=True))
+            elif len(part) == 1:  # already the item alone (OpenRLHF calls once per sample): no retry
+                errors[part[0]] = self._why(got)
             else:
                 logger.warning(
                     "verifier %s failed on a batch of %d (%s); retrying its items one by one in parallel",
@@ -317,7 +320,6 @@ class VerifierRunner:
                     got,
                 )
                 retry += part
-        errors: dict[int, str] = {}
         if not retry:
             return values, errors
         self.counts["retried"] += len(retry)
@@ -332,15 +334,19 @@ class VerifierRunner:
         for i, (ok, got) in zip(retry, results, strict=True):
             if ok:
                 values[i] = got[0]
-                continue
-            if got == "killed":
-                self.counts["timed_out"] += 1
-                got = f"no answer within the deadline ({self.timeout_s:g} s)"
-            elif got == "budget":
-                self.counts["timed_out"] += 1
-                got = f"unscored when the step's retry budget ({self.retry_budget_s:g} s) was spent"
-            errors[i] = got
+            else:
+                errors[i] = self._why(got)
         return values, errors
+
+    def _why(self, got: str) -> str:
+        """A failed call's reason as logged; a timeout (the deadline's or the budget's) is counted."""
+        if got == "killed":
+            self.counts["timed_out"] += 1
+            return f"no answer within the deadline ({self.timeout_s:g} s)"
+        if got == "budget":
+            self.counts["timed_out"] += 1
+            return f"unscored when the step's retry budget ({self.retry_budget_s:g} s) was spent"
+        return got
 
 
 # Per-step counts of a verifier (metrics ``verifier/<name>``): its seconds, items retried one by one, items
