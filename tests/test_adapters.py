@@ -17,7 +17,7 @@ from hacpo.agents.lm import token_logprobs
 from hacpo.config import LoraSpec, load_train_config
 from hacpo.cpu import resolve_precision
 from hacpo.engines.local import LocalTrainer, train
-from hacpo.runio import MetricsLog, RunRecord
+from hacpo.runio import MetricsLog, RunRecord, write_checkpoint_manifest
 
 LORA = {"lora": {"rank": 4, "alpha": 8}}
 
@@ -172,6 +172,7 @@ def test_a_checkpoint_state_that_would_run_code_is_refused(tmp_path, toy_data, s
             return (open, (str(marker), "w"))
 
     torch.save({"step": 2, "payload": Payload()}, state)
+    write_checkpoint_manifest(state.parent)  # a crafted directory comes with a manifest that matches
     with pytest.raises(Exception, match="[Ww]eights.only"):
         train(cfg)
     assert not marker.exists()
