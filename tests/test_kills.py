@@ -23,7 +23,7 @@ import pytest
 import torch
 from toy_runs import assert_events_match_logs
 
-from hacpo.runio import MetricsLog, RunRecord, checkpoint_steps, read_jsonl
+from hacpo.runio import CHECKPOINT_MANIFEST, MetricsLog, RunRecord, checkpoint_steps, read_jsonl
 
 pytestmark = pytest.mark.slow
 
@@ -189,6 +189,11 @@ def assert_same_run(ref: Path, run: Path) -> None:
             if f.name == "trainer_state.pt":  # optimizer, RNG and capability state: equal tensors
                 sa, sb = torch.load(f, weights_only=False), torch.load(b / f.name, weights_only=False)
                 assert_equal_state(sa, sb, f"{name}/trainer_state")
+            elif f.name == CHECKPOINT_MANIFEST:  # the same files, sizes and hashes but the state's pickle
+                ma, mb = (json.loads(x.read_text())["files"] for x in (f, b / f.name))
+                assert ma.keys() == mb.keys(), f"{name}/{f.name}"
+                ma.pop("trainer_state.pt"), mb.pop("trainer_state.pt")
+                assert ma == mb, f"{name}/{f.name}"
             else:
                 assert f.read_bytes() == (b / f.name).read_bytes(), f"{name}/{f.name}"
     assert temporaries(run) == [], "a rerun leaves no temporaries of the killed writes"

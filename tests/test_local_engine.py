@@ -15,7 +15,7 @@ from toy_runs import TEST_DEVICE, assert_events_match_logs, assert_wandb_matches
 from hacpo.algo import cross_bounds, get_method
 from hacpo.config import load_train_config
 from hacpo.engines.local import LocalTrainer, train
-from hacpo.runio import MetricsLog, RunRecord
+from hacpo.runio import MetricsLog, RunRecord, write_checkpoint_manifest
 
 # |s − 1| for ratios that are 1 in exact arithmetic (π_old = π_θ before the first update): fp32 CPU kernels
 # reproduce the sampler's sums; on CUDA π_old is a trainer forward whose shapes (prefix groups, batch sizes)
@@ -213,6 +213,7 @@ def test_resume_on_another_device_type_is_refused(tmp_path, toy_data, small_agen
     assert state["device_type"] == torch.device(TEST_DEVICE).type
     other = "cuda" if TEST_DEVICE == "cpu" else "cpu"
     torch.save({**state, "device_type": other}, state_file)
+    write_checkpoint_manifest(state_file.parent)  # as a run trained there would have written it
     monkeypatch.setattr(tr.LocalTrainer, "train_step", lambda self, step: pytest.fail("trained"))
     with pytest.raises(ValueError, match=rf"was trained on {other} .* resume it with `device: {other}`"):
         train(cfg)
@@ -570,7 +571,7 @@ def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent
     new = {"precision", "gradient_checkpointing", "micro_batch_tokens", "generation_batch_tokens", "fidelity"}
     new |= {"same_tokenizer", "reward"}  # issue 25: at their defaults a run keeps its identity
     runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf", "logging"}  # logging: issue 31
-    runtime |= {"reward_timeout_s"}  # issue 37
+    runtime |= {"reward_timeout_s", "reward_retry_budget_s"}  # issues 37 and 43
     new |= {"adapter"}  # issue 42: full fine-tuning, on the run and on each agent
     old = cfg.model_dump(exclude={*runtime, *new, "agents"})
     old["agents"] = [{"name": a.name, "path": a.path} for a in cfg.agents]
