@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from toy_runs import TEST_DEVICE, toy_train_config
+from toy_runs import TEST_DEVICE, toy_train_config, train_killed_at
 
 from hacpo.agents import adapters
 from hacpo.agents.lm import token_logprobs
@@ -141,7 +141,7 @@ def test_adapter_checkpoints_resume_bitwise_and_load_weights_only(
     assert sizes["adapter_model.safetensors"] < 200_000  # the adapter only, not the model
 
     cfg = toy_train_config(tmp_path / "killed", agents, "hacpo", **kw)
-    _kill_at(cfg, 3, monkeypatch)
+    train_killed_at(cfg, 3, monkeypatch)
     train(cfg)
 
     def strip(rows):
@@ -163,7 +163,7 @@ def test_a_checkpoint_state_that_would_run_code_is_refused(tmp_path, toy_data, s
     cfg = toy_train_config(
         tmp_path, [("llama", small_agent)], "gspo", data=toy_data, steps=3, checkpoint_every=1, adapter=LORA
     )
-    _kill_at(cfg, 2, monkeypatch)
+    train_killed_at(cfg, 2, monkeypatch)
     state = tmp_path / "gspo/checkpoints/llama/step-2/trainer_state.pt"
     marker = tmp_path / "code-ran"
 
@@ -176,23 +176,6 @@ def test_a_checkpoint_state_that_would_run_code_is_refused(tmp_path, toy_data, s
     with pytest.raises(Exception, match="[Ww]eights.only"):
         train(cfg)
     assert not marker.exists()
-
-
-def _kill_at(cfg, step: int, monkeypatch) -> None:
-    """Train ``cfg`` until ``step`` starts, then stop as a kill would (checkpoints up to then are kept)."""
-    import hacpo.engines.local.trainer as tr
-
-    real_step = tr.LocalTrainer.train_step
-
-    def dies(self, s):
-        if s == step:
-            raise KeyboardInterrupt
-        return real_step(self, s)
-
-    monkeypatch.setattr(tr.LocalTrainer, "train_step", dies)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    monkeypatch.setattr(tr.LocalTrainer, "train_step", real_step)
 
 
 # ------------------------------------------------------------------------------------------- eval, export
@@ -262,7 +245,7 @@ def test_precision_auto_is_recorded_and_kept_on_resume(tmp_path, toy_data, small
     cfg = toy_train_config(tmp_path, [("llama", small_agent)], "gspo", data=toy_data, precision="auto",
                            steps=2, checkpoint_every=1)  # fmt: skip
     monkeypatch.setattr(tr, "resolve_precision", lambda requested, device: "fp32")
-    _kill_at(cfg, 1, monkeypatch)
+    train_killed_at(cfg, 1, monkeypatch)
     assert RunRecord.read(tmp_path / "gspo").details["precision"] == "fp32"
     monkeypatch.setattr(tr, "resolve_precision", lambda requested, device: "bf16")  # another machine
     assert LocalTrainer(cfg).precision == "fp32"  # the run keeps its first choice

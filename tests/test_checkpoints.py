@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from toy_runs import TEST_DEVICE, toy_train_config
+from toy_runs import TEST_DEVICE, toy_train_config, train_killed_at
 
 from hacpo.engines.local import train
 from hacpo.runio import (
@@ -18,22 +18,6 @@ from hacpo.runio import (
     intact_resume_step,
     write_checkpoint_manifest,
 )
-
-
-def _kill_at(cfg, step: int, monkeypatch) -> None:
-    import hacpo.engines.local.trainer as tr
-
-    real_step = tr.LocalTrainer.train_step
-
-    def dies(self, s):
-        if s == step:
-            raise KeyboardInterrupt
-        return real_step(self, s)
-
-    monkeypatch.setattr(tr.LocalTrainer, "train_step", dies)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    monkeypatch.setattr(tr.LocalTrainer, "train_step", real_step)
 
 
 def test_manifest_names_a_truncated_a_changed_and_a_missing_file(tmp_path):
@@ -65,7 +49,7 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_previous
     ref = toy_train_config(tmp_path / "ref", agents, "hacpo", **kw)
     train(ref)
     cfg = toy_train_config(tmp_path / "killed", agents, "hacpo", **kw)
-    _kill_at(cfg, 5, monkeypatch)
+    train_killed_at(cfg, 5, monkeypatch)
     run = tmp_path / "killed/hacpo"
     assert RunRecord.read(run).step == 4
     weights = run / "checkpoints/qwen/step-4/model.safetensors"
@@ -95,7 +79,7 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_previous
 def test_no_intact_checkpoint_fails_clearly(tmp_path, toy_data, small_agent, monkeypatch):
     cfg = toy_train_config(tmp_path, [("llama", small_agent)], "gspo", data=toy_data, steps=4,
                            checkpoint_every=1, keep_checkpoints=1)  # fmt: skip
-    _kill_at(cfg, 2, monkeypatch)
+    train_killed_at(cfg, 2, monkeypatch)
     run = tmp_path / "gspo"
     for ckpt in (run / "checkpoints/llama").glob("step-*"):
         (ckpt / "trainer_state.pt").write_bytes(b"garbage")

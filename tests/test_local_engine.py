@@ -10,7 +10,13 @@ import math
 
 import pytest
 import torch
-from toy_runs import TEST_DEVICE, assert_events_match_logs, assert_wandb_matches_logs, toy_train_config
+from toy_runs import (
+    TEST_DEVICE,
+    assert_events_match_logs,
+    assert_wandb_matches_logs,
+    toy_train_config,
+    train_killed_at,
+)
 
 from hacpo.algo import cross_bounds, get_method
 from hacpo.config import load_train_config
@@ -143,23 +149,6 @@ def test_identical_agents_give_unit_cross_ratio(tmp_path, toy_data, small_agent)
     assert row["a/s_homo_mean"] == pytest.approx(1.0, abs=RATIO_TOL)
 
 
-def _train_killed_at(cfg, step: int, monkeypatch) -> None:
-    """Train ``cfg`` until a KeyboardInterrupt at the start of ``step`` (a kill); the trainer is restored."""
-    import hacpo.engines.local.trainer as tr
-
-    real_step = tr.LocalTrainer.train_step
-
-    def dying(self, s):
-        if s == step:
-            raise KeyboardInterrupt("injected kill")
-        return real_step(self, s)
-
-    monkeypatch.setattr(tr.LocalTrainer, "train_step", dying)
-    with pytest.raises(KeyboardInterrupt):
-        train(cfg)
-    monkeypatch.setattr(tr.LocalTrainer, "train_step", real_step)
-
-
 @pytest.mark.parametrize("val_every", [0, 2])  # 2: the resume step is also a validation step
 def test_resume_after_kill_matches_uninterrupted(
     tmp_path, toy_data, small_agent, other_agent, monkeypatch, val_every
@@ -171,7 +160,7 @@ def test_resume_after_kill_matches_uninterrupted(
     train(ref)
 
     cfg = _cfg(tmp_path / "killed", agents, "hacpo", **kw)
-    _train_killed_at(cfg, 3, monkeypatch)
+    train_killed_at(cfg, 3, monkeypatch)
     assert RunRecord.read(tmp_path / "killed/hacpo").status == "running"
     train(cfg)
 
@@ -207,7 +196,7 @@ def test_resume_on_another_device_type_is_refused(tmp_path, toy_data, small_agen
     import hacpo.engines.local.trainer as tr
 
     cfg = _cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=3, checkpoint_every=1)
-    _train_killed_at(cfg, 1, monkeypatch)
+    train_killed_at(cfg, 1, monkeypatch)
     state_file = tmp_path / "gspo" / "checkpoints" / "a" / "step-1" / "trainer_state.pt"
     state = torch.load(state_file, weights_only=False)
     assert state["device_type"] == torch.device(TEST_DEVICE).type

@@ -11,6 +11,26 @@ from hacpo.config import TrainConfig, load_train_config
 TEST_DEVICE = os.environ.get("HACPO_TEST_DEVICE", "cpu")  # checked in conftest.py
 
 
+def train_killed_at(cfg, step: int, monkeypatch) -> None:
+    """Train ``cfg`` (local engine) until a KeyboardInterrupt at the start of ``step`` (a kill: the
+    checkpoints written before it stay); the trainer is restored."""
+    import pytest
+
+    import hacpo.engines.local.trainer as tr
+
+    real_step = tr.LocalTrainer.train_step
+
+    def dying(self, s):
+        if s == step:
+            raise KeyboardInterrupt("injected kill")
+        return real_step(self, s)
+
+    monkeypatch.setattr(tr.LocalTrainer, "train_step", dying)
+    with pytest.raises(KeyboardInterrupt):
+        tr.train(cfg)
+    monkeypatch.setattr(tr.LocalTrainer, "train_step", real_step)
+
+
 def toy_train_config(tmp_path, agents, method: str, *, data, **overrides) -> TrainConfig:
     """``method`` on ``agents`` (``[(name, path)]``) over ``data``'s train/test files, in ``tmp_path/method``:
     2 steps of 4 prompts × G = 4, mini-batches of 8, no validation or checkpoints, seed 3, on the test device;
