@@ -204,8 +204,8 @@ def test_two_joint_hacpo_steps_and_an_evaluation_on_the_real_pair(real_models, t
 def test_a_lora_hacpo_step_on_the_real_pair_then_export_and_evaluate(real_models, tmp_path):
     """Issue 42 on the local engine with the real pair: rank-8 LoRA adapters, a KL term whose reference is
     each model with its adapter off (no second model: peak memory well under full fine-tuning's), the
-    checkpoints adapters of megabytes; Gemma-3's exports merged (transformers reads it, equal to base +
-    adapter) and evaluates from the adapter."""
+    checkpoints adapters of megabytes; SmolLM2's (the smaller model: CI's time) exports merged, with its
+    stop ids, and evaluates from the adapter."""
     from hacpo.data.synthetic import Problem, write_jsonl
 
     easy = [Problem(f"e{a}{b}", f"0{a}+0{b}", str(a + b), "add2", 1, f"0{a}+0{b}={a + b}") for a, b in
@@ -232,14 +232,14 @@ def test_a_lora_hacpo_step_on_the_real_pair_then_export_and_evaluate(real_models
         assert "adapter_model.safetensors" in files and "model.safetensors" not in files, files
         assert files["adapter_model.safetensors"] < 30 * 2**20, files  # rank 8 of every block linear
         assert row[f"{name}/response_tokens"] <= 16
-    merged = tmp_path / "gemma3-merged"
+    merged = tmp_path / "smollm2-merged"
     ex = subprocess.run([sys.executable, "-m", "hacpo", "export", "--merge", "--checkpoint",
-                         record["final_checkpoints"]["gemma3"], "--out", str(merged)],
+                         record["final_checkpoints"]["smollm2"], "--out", str(merged)],
                         capture_output=True, text=True, timeout=600)  # fmt: skip
     assert ex.returncode == 0, ex.stderr[-3000:]
     assert (merged / "config.json").is_file() and (merged / "generation_config.json").is_file()
     ev = subprocess.run(
-        [sys.executable, "-m", "hacpo", "eval", "--checkpoint", record["final_checkpoints"]["gemma3"],
+        [sys.executable, "-m", "hacpo", "eval", "--checkpoint", record["final_checkpoints"]["smollm2"],
          "--benchmark", str(tmp_path / "train.jsonl"), "--limit", "2", "--style", "paper",
          "--max-new-tokens", "16", "--out", str(tmp_path / "eval"), "--threads", "2", "--precision", "auto"],
         capture_output=True, text=True, timeout=600,
