@@ -356,11 +356,14 @@ class TrainConfig(BaseModel):
         for key, default in newer.items():
             if keep[key] == default:
                 del keep[key]
-        if keep["adapter"] is None:  # full fine-tuning: the identity of runs older than adapters
-            del keep["adapter"]
-        for agent in keep["agents"]:
-            if agent["adapter"] is None:
-                del agent["adapter"]
+        # what each agent trains (its own adapter, else the run's; full fine-tuning: nothing, the identity
+        # of runs older than adapters), so a run-level adapter an agent overrides changes nothing
+        del keep["adapter"]
+        for i, agent in enumerate(keep["agents"]):
+            lora = self.agent_adapter(i)
+            agent.pop("adapter")
+            if lora is not None:
+                agent["adapter"] = {"lora": lora.model_dump()}
         if "reward" in keep:  # a verifier: its source's hash, not its timeout (a runtime option)
             keep["reward"] = reward_identity(self.reward)
         return keep

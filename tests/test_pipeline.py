@@ -118,6 +118,30 @@ def test_a_pairs_alpha_change_reruns_only_its_hacpo_runs():
     assert "hacpo_alpha0" not in changed  # its α is its own
 
 
+def test_an_adapter_is_one_config_entry_and_part_of_each_runs_identity():
+    """Issue 42: `training.adapter` trains every agent with LoRA, a model's own `adapter` wins (`{}`: that
+    model fully trained, in its single runs and every pair); a rank change retrains exactly the runs that
+    train that adapter."""
+    cfg = copy.deepcopy(CONFIGS["real"])
+    cfg["training"]["adapter"] = {"lora": {"rank": 8}}
+    cfg["models"]["gemma3"]["adapter"] = {}
+    p = Pipeline(cfg, base_dir=str(ROOT))
+    joint = next(r for r in p.runs if r.kind == "joint")
+    run = load_train_config(p.train_config(joint))
+    assert [a.name for a in run.agents] == ["smollm2", "gemma3"]
+    assert run.agent_adapter(0).rank == 8 and run.agent_adapter(1) is None
+    single = {r.group: load_train_config(p.train_config(r)) for r in p.runs if r.kind == "single"}
+    assert single["smollm2"].agent_adapter(0).rank == 8 and single["gemma3"].agent_adapter(0) is None
+
+    cfg["training"]["adapter"] = {"lora": {"rank": 16}}
+    q = Pipeline(cfg, base_dir=str(ROOT))
+    changed = {(r.group, r.method) for r in p.runs if p.train_spec(r) != q.train_spec(r)}
+    assert changed and all(group in ("smollm2", "real") for group, _ in changed)  # gemma3's runs keep theirs
+    with pytest.raises(ValueError, match="rank"):
+        cfg["models"]["smollm2"]["adapter"] = {"lora": {"rank": 0}}
+        Pipeline(cfg, base_dir=str(ROOT))
+
+
 RUNTIME_VALUES = {  # a non-default value of every runtime option a config sets (hacpo.config.RUNTIME_OPTIONS)
     "threads": 2,
     "scorer_workers": 2,

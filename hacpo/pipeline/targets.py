@@ -233,11 +233,13 @@ class Pipeline:
             split = cfg.pairs[run.group].gpu_split if run.kind == "joint" else None
             if split:
                 engine["openrlhf"]["agent_gpus"] = [g // cfg.openrlhf.nodes for g in split]
+        settings = self.train_settings(run)
+        run_adapter = settings.pop("adapter", None)  # made each agent's own: its identity is what it trains
         return {
             **engine,
-            **self.train_settings(run),
+            **settings,
             "method": cfg.registry_method(run.method).name,
-            "agents": [self._agent_ref(a) for a in self.run_agents(run)],
+            "agents": [self._agent_ref(a, run_adapter) for a in self.run_agents(run)],
             "train_file": self.dataset_file(cfg.train_data),
             "val_file": self.dataset_file(cfg.val_data) if cfg.val_data else None,
             "out_dir": run.dir,
@@ -245,11 +247,13 @@ class Pipeline:
             "logging": cfg.logging.model_dump(),
         }
 
-    def _agent_ref(self, model: str) -> dict:
-        """A run's entry for ``model``: its name, path and (where the model entry chooses) its adapter."""
-        adapter = self.cfg.models[model].adapter
-        own = {"adapter": adapter.model_dump()} if adapter is not None else {}
-        return {"name": model, "path": self.model_path(model), **own}
+    def _agent_ref(self, model: str, run_adapter: dict | None = None) -> dict:
+        """A run's entry for ``model``: its name, path and the adapter it trains (its model entry's, else the
+        run's ``training.adapter``; none: full fine-tuning)."""
+        own = self.cfg.models[model].adapter
+        adapter = own.model_dump() if own is not None else run_adapter
+        lora = {"adapter": adapter} if adapter and adapter.get("lora") else {}
+        return {"name": model, "path": self.model_path(model), **lora}
 
     def train_spec(self, run: Run) -> dict:
         """What the run computes (the train rule's rerun trigger): :meth:`train_config` less runtime ones; a

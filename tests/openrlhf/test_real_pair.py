@@ -189,8 +189,11 @@ def test_the_real_pairs_joint_run_trained_lora_adapters(real_rehearsal):
     engine gap at every step)."""
     from hacpo.agents import adapters
 
+    from hacpo.config import TrainConfig
+
     record = json.loads((real_rehearsal / "run.json").read_text())
-    assert record["config"]["adapter"]["lora"]["rank"] == 8 and record["config"]["kl_beta"] > 0
+    run = TrainConfig.model_validate(record["config"])
+    assert [run.agent_adapter(k).rank for k in range(2)] == [8, 8] and run.kl_beta > 0
     for agent, final in record["final_checkpoints"].items():
         final = real_rehearsal.parents[5] / final  # relative to the rehearsal's Snakemake directory
         assert adapters.is_adapter(final), f"{agent}: {final} is not an adapter checkpoint"
