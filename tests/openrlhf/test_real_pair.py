@@ -188,7 +188,6 @@ def test_the_real_pairs_joint_run_trained_lora_adapters(real_rehearsal):
     reference model was started), and the merged weights synced into vLLM (the sync check above, and the
     engine gap at every step)."""
     from hacpo.agents import adapters
-
     from hacpo.config import TrainConfig
 
     record = json.loads((real_rehearsal / "run.json").read_text())
