@@ -59,9 +59,11 @@ def lora_flags(lora, opts, agent: str) -> list[str]:
 def peft_of(actor):
     """The peft model inside OpenRLHF's ``Actor`` (``Actor.model`` is the DeepSpeed engine after
     ``strategy.prepare``), or None for full fine-tuning."""
+    from peft import PeftModel
+
     model = getattr(actor, "model", None)
     model = getattr(model, "module", model)
-    return model if hasattr(model, "disable_adapter") and hasattr(model, "get_base_model") else None
+    return model if isinstance(model, PeftModel) else None
 
 
 def merged_weights(peft_model) -> list[tuple[str, torch.Tensor]]:
@@ -105,6 +107,8 @@ def _merged_broadcast(broadcast):
             return broadcast(self)
         with torch.no_grad():
             view = _MergedView(peft_model)
+        if not view._weights:  # a sync that sends nothing would leave vLLM on the base without a word
+            raise RuntimeError("hacpo: a LoRA actor with no adapted layer to sync into vLLM")
         engine.module = view  # the DeepSpeed engine's module, for the span of OpenRLHF's own sync loop
         try:
             return broadcast(self)
