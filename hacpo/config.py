@@ -155,10 +155,6 @@ class LoraSpec(BaseModel):
     dropout: float = Field(0.0, ge=0, lt=1)
     target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1)]] = "all-linear"
 
-    @property
-    def scale(self) -> float:
-        return self.alpha / self.rank
-
 
 class Adapter(BaseModel):
     """How an agent's weights train: ``{lora: {...}}`` an adapter over the frozen base, ``{}`` every weight

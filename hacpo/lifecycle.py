@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hacpo.runio import RunRecord, atomic_write_json, input_fingerprint, read_json
+from hacpo.runio import RunRecord, atomic_write_json, input_fingerprint, read_json, rename_to_free
 
 ACTIVE_S = 600.0  # logs written this recently count as a run in progress where no lock is visible
 INPUTS = "inputs.json"
@@ -86,10 +86,8 @@ def moved_aside(run_dir: str | Path) -> list[Path]:
 
 def move_aside(run_dir: str | Path) -> Path:
     """Rename ``run_dir`` to the next free ``<dir>.superseded-<n>``; returns the new path."""
-    run_dir, n = Path(run_dir), 1
-    while run_dir.with_name(f"{run_dir.name}.superseded-{n}").exists():
-        n += 1
-    return run_dir.rename(run_dir.with_name(f"{run_dir.name}.superseded-{n}"))
+    name = Path(run_dir).name
+    return rename_to_free(run_dir, lambda n: f"{name}.superseded-{n}")
 
 
 def run_inputs(cfg) -> dict[str, str]:

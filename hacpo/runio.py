@@ -436,17 +436,19 @@ def checkpoint_problem(folder: str | Path) -> str | None:
     return None
 
 
+def rename_to_free(path: str | Path, name_of) -> Path:
+    """Rename ``path`` to the first sibling ``name_of(n)``, n = 1, 2, …, that does not exist; the new path."""
+    path, n = Path(path), 1
+    while path.with_name(name_of(n)).exists():
+        n += 1
+    return path.rename(path.with_name(name_of(n)))
+
+
 def set_aside(folder: str | Path) -> Path:
     """Move a broken checkpoint ``…/step-N`` out of resume's and pruning's way, to ``…/broken-step-N``
     (``-2``, ``-3`` … if that exists); returns the new path."""
-    folder = Path(folder)
-    target = folder.with_name(f"broken-{folder.name}")
-    n = 1
-    while target.exists():
-        n += 1
-        target = folder.with_name(f"broken-{folder.name}-{n}")
-    os.replace(folder, target)
-    return target
+    name = Path(folder).name
+    return rename_to_free(folder, lambda n: f"broken-{name}" + (f"-{n}" if n > 1 else ""))
 
 
 def intact_resume_step(run_dir: str | Path, agents: Iterable[str], say=print) -> int:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from toy_runs import TEST_DEVICE, toy_train_config, train_killed_at
+from toy_runs import TEST_DEVICE, metrics_without_timing, toy_train_config, train_killed_at
 
 from hacpo.agents import adapters
 from hacpo.agents.lm import token_logprobs
@@ -144,11 +144,9 @@ def test_adapter_checkpoints_resume_bitwise_and_load_weights_only(
     train_killed_at(cfg, 3, monkeypatch)
     train(cfg)
 
-    def strip(rows):
-        return [{k: v for k, v in r.items() if not k.startswith(("time/", "mem/"))} for r in rows]
 
-    a = strip(MetricsLog(tmp_path / "ref/hacpo/metrics.jsonl").read())
-    b = strip(MetricsLog(tmp_path / "killed/hacpo/metrics.jsonl").read())
+    a = metrics_without_timing(tmp_path / "ref/hacpo")
+    b = metrics_without_timing(tmp_path / "killed/hacpo")
     if TEST_DEVICE == "cpu":
         assert a == b
     va = MetricsLog(tmp_path / "ref/hacpo/validation.jsonl").read()

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from toy_runs import TEST_DEVICE, toy_train_config, train_killed_at
+from toy_runs import TEST_DEVICE, metrics_without_timing, toy_train_config, train_killed_at
 
 from hacpo.engines.local import train
 from hacpo.runio import (
     CHECKPOINT_MANIFEST,
-    MetricsLog,
     RunRecord,
     checkpoint_problem,
     intact_resume_step,
@@ -66,11 +65,8 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_run_resumes_from_the_previous
     assert "steps 3–4" in err and "from its step-2 checkpoint" in err
     assert (run / "checkpoints/qwen/broken-step-4").is_dir()
 
-    def strip(rows):
-        return [{k: v for k, v in r.items() if not k.startswith(("time/", "mem/"))} for r in rows]
-
-    a = strip(MetricsLog(tmp_path / "ref/hacpo/metrics.jsonl").read())
-    b = strip(MetricsLog(run / "metrics.jsonl").read())
+    a = metrics_without_timing(tmp_path / "ref/hacpo")
+    b = metrics_without_timing(run)
     assert [r["step"] for r in b] == list(range(6))
     if TEST_DEVICE == "cpu":
         assert a == b

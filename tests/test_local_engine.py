@@ -14,6 +14,7 @@ from toy_runs import (
     TEST_DEVICE,
     assert_events_match_logs,
     assert_wandb_matches_logs,
+    metrics_without_timing,
     toy_train_config,
     train_killed_at,
 )
@@ -164,11 +165,8 @@ def test_resume_after_kill_matches_uninterrupted(
     assert RunRecord.read(tmp_path / "killed/hacpo").status == "running"
     train(cfg)
 
-    def strip_time(rows):
-        return [{k: v for k, v in r.items() if not k.startswith(("time/", "mem/"))} for r in rows]
-
-    a = strip_time(MetricsLog(tmp_path / "ref/hacpo/metrics.jsonl").read())
-    b = strip_time(MetricsLog(tmp_path / "killed/hacpo/metrics.jsonl").read())
+    a = metrics_without_timing(tmp_path / "ref/hacpo")
+    b = metrics_without_timing(tmp_path / "killed/hacpo")
     if TEST_DEVICE == "cpu":
         assert a == b  # bitwise: same machine, same thread count
     else:  # CUDA: atomics in embedding backward and split-K matmuls do not reproduce bitwise; 1e-4 relative

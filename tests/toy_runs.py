@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -29,6 +30,14 @@ def train_killed_at(cfg, step: int, monkeypatch) -> None:
     with pytest.raises(KeyboardInterrupt):
         tr.train(cfg)
     monkeypatch.setattr(tr.LocalTrainer, "train_step", real_step)
+
+
+def metrics_without_timing(run_dir) -> list[dict]:
+    """A run's ``metrics.jsonl`` rows without the wall-time and memory fields (they differ between runs)."""
+    from hacpo.runio import MetricsLog
+
+    rows = MetricsLog(Path(run_dir) / "metrics.jsonl").read()
+    return [{k: v for k, v in r.items() if not k.startswith(("time/", "mem/"))} for r in rows]
 
 
 def toy_train_config(tmp_path, agents, method: str, *, data, **overrides) -> TrainConfig:

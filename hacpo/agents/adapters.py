@@ -5,9 +5,9 @@ base frozen, once in memory (:func:`attach`). The KL reference is the same modul
 off (:func:`reference`): no second copy of the model. A checkpoint is what trained: ``adapter_config.json``
 (peft's, with the base's absolute path in ``base_model_name_or_path``) and ``adapter_model.safetensors``,
 megabytes instead of gigabytes. Everything that serves a model (local evaluation, vLLM, ``hacpo export
---merge``) reads an adapter checkpoint as base + merged adapter (:func:`load_causal_lm`,
-:func:`export_merged`),
-so a plain Hugging Face directory and an adapter checkpoint are interchangeable wherever a checkpoint is read.
+--merge``) reads an adapter checkpoint as base + merged adapter (:func:`load_causal_lm`, :func:`servable`,
+:func:`export_merged`), so a plain Hugging Face directory and an adapter checkpoint are interchangeable
+wherever a checkpoint is read.
 """
 
 from __future__ import annotations
@@ -99,8 +99,8 @@ def load_weights(peft_model, checkpoint: str | Path) -> None:
     if result.unexpected_keys or missing:
         raise ValueError(
             f"{checkpoint}: the adapter does not fit this run's model (unexpected "
-            f"{result.unexpected_keys[:3]}, "
-            f"missing {missing[:3]}): was it trained with another rank or target_modules?"
+            f"{result.unexpected_keys[:3]}, missing {missing[:3]}): was it trained with another rank or "
+            "target_modules?"
         )
 
 
@@ -110,9 +110,8 @@ def base_of(checkpoint: str | Path, base: str | Path | None = None) -> Path:
     path = Path(base or recorded or "")
     if not (path / "config.json").is_file():
         raise ValueError(
-            f"{checkpoint} is a LoRA adapter over {recorded!r}, which is not a model directory here (moved, "
-            "or "
-            "trained on another machine): pass its base model with --base PATH"
+            f"{checkpoint} is a LoRA adapter over {recorded!r}, which is not a model directory here "
+            "(moved, or trained on another machine): pass its base model with --base PATH"
         )
     return path
 

@@ -260,26 +260,28 @@ class Pool:
                         self._fail_worker(w, results, queue, "start_timeout", crashes)
         except BaseException:
             # Interrupted mid-batch (e.g. KeyboardInterrupt): busy workers would answer into the next batch.
-            for w in list(self._workers):
-                if w.inflight:
-                    w.inflight.clear()
-                    try:
-                        self._replace(w)
-                    except Exception:  # pragma: no cover
-                        pass
+            self._replace_busy(best_effort=True)
             raise
         return results
 
-    def _spend(self, results: list, queue: deque[int]) -> None:
-        """The call's budget is spent: every unfinished item gets ``(False, "budget")``; busy workers are
-        replaced (their answers would otherwise arrive in the next call)."""
+    def _replace_busy(self, best_effort: bool = False) -> list[int]:
+        """Replace every worker with items in flight (their answers would otherwise arrive in the next call);
+        returns those items. ``best_effort``: a failing replacement is ignored (the call is being aborted)."""
+        dropped = []
         for w in list(self._workers):
             if w.inflight:
-                for idx in w.inflight:
-                    results[idx] = (False, "budget")
+                dropped += w.inflight
                 w.inflight.clear()
-                self._replace(w)
-        for idx in queue:
+                try:
+                    self._replace(w)
+                except Exception:  # pragma: no cover
+                    if not best_effort:
+                        raise
+        return dropped
+
+    def _spend(self, results: list, queue: deque[int]) -> None:
+        """The budget is spent: each unfinished item, in flight or queued, gets ``(False, "budget")``."""
+        for idx in [*self._replace_busy(), *queue]:
             results[idx] = (False, "budget")
         queue.clear()
 

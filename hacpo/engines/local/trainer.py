@@ -287,7 +287,7 @@ class LocalTrainer:
         # the newest checkpoint every agent has intact (a damaged one is set aside, named with why)
         start = intact_resume_step(self.out, [a.name for a in self.agents], say=_say)
         if start:
-            print(f"resuming {self.out} from its step-{start} checkpoint", file=sys.stderr, flush=True)
+            _say(f"resuming {self.out} from its step-{start} checkpoint")
             if prev is not None and prev.step > start:
                 _say(f"hacpo: steps {start + 1}–{prev.step} of {self.out} will be trained again")
             self._load_checkpoint(start)

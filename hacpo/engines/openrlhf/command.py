@@ -37,7 +37,7 @@ from pathlib import Path
 from hacpo.config import TrainConfig
 from hacpo.engines.core.trackers import wandb_run_id
 
-from .lora import lora_flags
+from .lora import check_lora
 from .options import OpenRLHFOptions
 
 
@@ -339,7 +339,11 @@ def _train_args(
     if opts.packing_samples:
         args += _flag("ds.packing_samples")
     if lora is not None:  # OpenRLHF's own LoRA; the sync to vLLM sends merged weights (.lora)
-        args += lora_flags(lora, opts, agent.name)
+        check_lora(lora, opts, agent.name)
+        args += _flag("ds.lora.rank", lora.rank) + _flag("ds.lora.alpha", int(lora.alpha))
+        args += _flag("ds.lora.dropout", float(lora.dropout))
+        if not isinstance(lora.target_modules, str):  # all-linear is OpenRLHF's default; as a list, a name
+            args += _flag("ds.lora.target_modules", *lora.target_modules)
     if opts.gradient_checkpointing:
         args += _flag("actor.gradient_checkpointing_enable")
     if opts.adam_offload:

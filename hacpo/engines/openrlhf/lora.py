@@ -1,8 +1,9 @@
 """LoRA adapters on the OpenRLHF engine (issue 42): OpenRLHF builds and trains them, hacpo serves them to
 vLLM.
 
-- **Training**: OpenRLHF's own options (``--ds.lora.rank/alpha/dropout/target_modules``, :func:`lora_flags`):
-  its ``Actor`` wraps the model with peft's ``get_peft_model`` and DeepSpeed optimises the adapter only.
+- **Training**: OpenRLHF's own options (``--ds.lora.rank/alpha/dropout/target_modules``, written by
+  ``command._train_args`` after :func:`check_lora`): its ``Actor`` wraps the model with peft's
+  ``get_peft_model`` and DeepSpeed optimises the adapter only.
 - **The weight sync sends merged weights** (:func:`sync_merged_adapters`). OpenRLHF 0.11.2's
   ``broadcast_to_vllm`` sends every parameter under its peft name (``base_model.model.….base_layer.weight``,
   ``….lora_A.default.weight``), which vLLM's weight loader refuses (OpenRLHF issues #991, #1081). hacpo sends,
@@ -30,8 +31,8 @@ import torch
 UNSERVABLE = ("lm_head", "embed_tokens")
 
 
-def lora_flags(lora, opts, agent: str) -> list[str]:
-    """OpenRLHF's LoRA arguments for one agent's ``train_ppo_ray`` argv; checks what it cannot train."""
+def check_lora(lora, opts, agent: str) -> None:
+    """What OpenRLHF cannot train with an adapter, refused before launch with the fix."""
     where = f"agent {agent!r}: adapter.lora"
     if opts.zero_stage >= 3:
         raise ValueError(
@@ -49,11 +50,6 @@ def lora_flags(lora, opts, agent: str) -> list[str]:
             f"{where}.target_modules {bad}: the merged weight sync serves the blocks' linear layers only "
             "(vLLM skips a tied head): leave the embedding and the head to the base"
         )
-    flags = ["--ds.lora.rank", str(lora.rank), "--ds.lora.alpha", str(int(lora.alpha))]
-    flags += ["--ds.lora.dropout", repr(float(lora.dropout))]
-    if not isinstance(targets, str):  # all-linear is OpenRLHF's default: passed as a list it means a name
-        flags += ["--ds.lora.target_modules", *targets]
-    return flags
 
 
 def peft_of(actor):
