@@ -3,7 +3,7 @@
 # Stages: data → agents → training → evaluation → tables/figures → `snakemake --report`.
 from snakemake.utils import min_version
 
-min_version("9.0")
+min_version("9.27")  # path variables: <results>
 
 
 # Each config file is complete (not an overlay): `--configfile config/paper.yaml` replaces the default.

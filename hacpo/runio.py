@@ -413,13 +413,16 @@ def write_checkpoint_manifest(folder: str | Path) -> None:
     atomic_write_json(folder / CHECKPOINT_MANIFEST, {"version": 1, "files": files})
 
 
-def checkpoint_problem(folder: str | Path) -> str | None:
+def checkpoint_problem(folder: str | Path, legacy: str = "trainer_state.pt") -> str | None:
     """Why the checkpoint at ``folder`` cannot be resumed from (a file missing, cut short or changed against
-    its manifest), or None when it is intact. A checkpoint from before manifests is taken as it is."""
+    its manifest), or None when it is intact. A checkpoint from before manifests is taken as it is when it
+    holds the file ``legacy`` (the local engine's trainer state; a DeepSpeed folder's model states)."""
     folder = Path(folder)
     manifest = folder / CHECKPOINT_MANIFEST
+    if not folder.is_dir():
+        return "the folder is missing"
     if not manifest.is_file():
-        return None if (folder / "trainer_state.pt").is_file() else "no manifest and no trainer_state.pt"
+        return None if (folder / legacy).is_file() else f"no manifest and no {legacy}"
     try:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError, TypeError) as err:
@@ -436,34 +439,39 @@ def checkpoint_problem(folder: str | Path) -> str | None:
     return None
 
 
-def rename_to_free(path: str | Path, name_of) -> Path:
-    """Rename ``path`` to the first sibling ``name_of(n)``, n = 1, 2, …, that does not exist; the new path."""
+def rename_to_free(path: str | Path, name_of, into: str | Path | None = None) -> Path:
+    """Rename ``path`` to the first ``name_of(n)``, n = 1, 2, …, that does not exist, beside it or in
+    ``into``; the new path."""
     path, n = Path(path), 1
-    while path.with_name(name_of(n)).exists():
+    where = Path(into) if into is not None else path.parent
+    while (where / name_of(n)).exists():
         n += 1
-    return path.rename(path.with_name(name_of(n)))
+    return path.rename(where / name_of(n))
 
 
-def set_aside(folder: str | Path) -> Path:
-    """Move a broken checkpoint ``…/step-N`` out of resume's and pruning's way, to ``…/broken-step-N``
-    (``-2``, ``-3`` … if that exists); returns the new path."""
-    name = Path(folder).name
-    return rename_to_free(folder, lambda n: f"broken-{name}" + (f"-{n}" if n > 1 else ""))
+def set_aside(folder: str | Path, into: str | Path | None = None) -> Path:
+    """Move a broken checkpoint ``…/step-N`` out of resume's and pruning's way, to ``broken-step-N`` (``-2``,
+    ``-3`` … if that exists) beside it or in ``into``; returns the new path."""
+    name = Path(folder).name  # `into`: out of a folder another tool prunes (OpenRLHF's rotation of `_actor/`)
+    return rename_to_free(folder, lambda n: f"broken-{name}" + (f"-{n}" if n > 1 else ""), into)
 
 
-def intact_resume_step(run_dir: str | Path, agents: Iterable[str], say=print) -> int:
-    """The newest step whose checkpoints are intact for every agent (0: none was ever written). Broken
-    checkpoints newer than it are set aside (:func:`set_aside`), each named with why. When checkpoints exist
-    but none is intact, a ValueError says so and nothing is moved: a rerun fails the same way instead of
-    training over them."""
-    agents = list(agents)
+def newest_intact_step(run_dir: str | Path, steps: Iterable[int], folders_of, say=print,
+                       legacy: str = "trainer_state.pt", aside=set_aside) -> int:  # fmt: skip
+    """The newest of ``steps`` whose checkpoint folders (``folders_of(step)``: one per agent) are all intact
+    (0: no step). Broken checkpoints newer than it are set aside (``aside``: :func:`set_aside`), each named
+    with why.
+    When checkpoints exist but none is intact, a ValueError says so and nothing is moved: a rerun fails the
+    same way instead of training over them."""
     broken: list[tuple[Path, str]] = []
-    for step in reversed(checkpoint_steps(run_dir, agents)):
-        folders = [Path(run_dir) / "checkpoints" / a / f"step-{step}" for a in agents]
-        problems = [(f, why) for f in folders if (why := checkpoint_problem(f))]
+    for step in sorted(steps, reverse=True):
+        problems = [(f, why) for f in map(Path, folders_of(step)) if (why := checkpoint_problem(f, legacy))]
         if not problems:
             for folder, why in broken:
-                say(f"hacpo: checkpoint {folder} is broken: {why}; moved to {set_aside(folder)}")
+                if folder.exists():
+                    say(f"hacpo: checkpoint {folder} is broken: {why}; moved to {aside(folder)}")
+                else:
+                    say(f"hacpo: checkpoint {folder} is broken: {why}")
             return step
         broken += problems
     if broken:
@@ -473,6 +481,14 @@ def intact_resume_step(run_dir: str | Path, agents: Iterable[str], say=print) ->
             "delete the run directory to train it again from the start"
         )
     return 0
+
+
+def intact_resume_step(run_dir: str | Path, agents: Iterable[str], say=print) -> int:
+    """The local engine's resume step: the newest ``checkpoints/<agent>/step-N`` every agent has intact
+    (:func:`newest_intact_step`)."""
+    agents = list(agents)
+    folders = lambda step: [Path(run_dir) / "checkpoints" / a / f"step-{step}" for a in agents]  # noqa: E731
+    return newest_intact_step(run_dir, checkpoint_steps(run_dir, agents), folders, say)
 
 
 def checkpoint_steps(run_dir: str | Path, agents: Iterable[str]) -> list[int]:

@@ -6,8 +6,8 @@
 #   bash scripts/rehearse.sh --configfile config/rehearsal-real.yaml --gpus 1  # the real pair, one job at a time
 # --gpus N: the logical GPUs jobs share (default 2: two one-GPU jobs at a time). The real pair's jobs take
 # 8-12 GB each: two of them, beside a third job's start-up, overflow 24 GB.
-# Other arguments go to snakemake (targets, -n, --cores N, ...). Results: results/rehearsal/<config>/results/
-# (its own Snakemake directory, apart from the toy workflow's results/). Needs .venv-rehearsal.
+# Other arguments go to snakemake (targets, -n, --cores N, ...). Results: results/<config name>/, as for every
+# workflow config (config/rehearsal-ci.yaml → results/rehearsal-ci/). Needs .venv-rehearsal.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -x .venv-rehearsal/bin/snakemake ]; then
@@ -28,9 +28,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -f "$config" ] || { echo "rehearse: no config file $config" >&2; exit 2; }
-workdir=results/rehearsal/$(basename "$config" .yaml)
-mkdir -p "$workdir"
-smk=(--snakefile "$PWD/Snakefile" --configfile "$PWD/$config" --directory "$workdir" --cores 2)
+smk=(--snakefile Snakefile --configfile "$config" --cores 2)
 # Pretrained models (`source:` entries) are imported by the project venv: OpenRLHF's transformers 5.15.0
 # converts their GGUF tokenizers wrongly (hacpo.agents.sources); the per-machine cache then serves this venv.
 if grep -qE '^[[:space:]]+source:' "$config"; then

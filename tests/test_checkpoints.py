@@ -84,3 +84,88 @@ def test_no_intact_checkpoint_fails_clearly(tmp_path, toy_data, small_agent, mon
             train(cfg)
     with pytest.raises(ValueError, match="delete the run directory"):
         intact_resume_step(run, ["llama"])
+
+
+# ------------------------------------------------------------------ the OpenRLHF engine's joint checkpoints
+def _deepspeed_run(tmp_path):
+    """A joint run's files as HACPO's driver leaves them (steps 2 and 4 checkpointed): each agent's DeepSpeed
+    folders ``openrlhf/agents/<a>/ckpt/_actor/global_step<N>`` with their manifests, and the controller state
+    with the capability window of each saved step (the real-stack test writes them with OpenRLHF)."""
+    from hacpo.config import TrainConfig
+    from hacpo.engines.openrlhf.command import Layout
+    from hacpo.engines.openrlhf.joint.state import write_state
+
+    cfg = TrainConfig.model_validate({
+        "method": "hacpo", "agents": [{"name": "a", "path": "x"}, {"name": "b", "path": "y"}],
+        "train_file": "t.jsonl", "out_dir": str(tmp_path / "run"), "steps": 6,
+    })  # fmt: skip
+    layout = Layout(tmp_path / "run")
+    for step in (2, 4):
+        for agent in ("a", "b"):
+            folder = layout.agent(agent).ckpt / "_actor" / f"global_step{step}"
+            folder.mkdir(parents=True)
+            (folder / "mp_rank_00_model_states.pt").write_bytes(bytes(range(200)) * step)
+            (folder / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"o" * 4000)
+            write_checkpoint_manifest(folder)
+        write_state(layout.joint_state, step, {"history": [[step / 10]], "steps_seen": step, "window": 5})
+    return cfg, layout
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete"])
+def test_a_broken_joint_deepspeed_checkpoint_falls_back_to_the_previous_step(tmp_path, damage):
+    """OpenRLHF engine (issue 43): agent b's step-4 DeepSpeed states cut short (or gone) → b's folder moves
+    out of OpenRLHF's rotation (``ckpt/broken-global_step4``), the controller state falls back to step 2
+    with step 2's capability window, and the message names the folder, why, and the steps redone. The
+    driver then pins every agent to ``global_step2`` (:func:`pin_resume_step`)."""
+    from hacpo.engines.openrlhf.joint.state import pin_resume_step, read_state
+    from hacpo.engines.openrlhf.runner import intact_joint_step, resumable_joint_step
+
+    cfg, layout = _deepspeed_run(tmp_path)
+    states = layout.agent("b").ckpt / "_actor" / "global_step4" / "mp_rank_00_model_states.pt"
+    if damage == "truncate":
+        states.write_bytes(states.read_bytes()[:300])
+    else:
+        states.unlink()
+    said = []
+    assert intact_joint_step(cfg, layout, say=said.append) == 2 == resumable_joint_step(layout)
+    why = "has 300 bytes, 800 when it was written" if damage == "truncate" else "is missing"
+    assert f"global_step4 is broken: mp_rank_00_model_states.pt {why}" in said[0]
+    assert said[0].endswith(str(layout.agent("b").ckpt / "broken-global_step4"))
+    assert "from step 2: steps 3–4 will be trained again" in said[1]
+    assert not (layout.agent("b").ckpt / "_actor" / "global_step4").exists()
+    state = read_state(layout.joint_state)
+    assert state["tracker"]["history"] == [[0.2]] and set(state["saved"]) == {"2"}
+    pin_resume_step([layout.agent(a).ckpt for a in ("a", "b")], state["step"])
+    assert all((layout.agent(a).ckpt / "_actor" / "latest").read_text() == "global_step2" for a in "ab")
+    assert intact_joint_step(cfg, layout, say=said.append) == 2 and len(said) == 2  # settled: nothing more
+
+
+def test_joint_checkpoints_all_broken_fail_clearly_and_nothing_moves(tmp_path):
+    from hacpo.engines.openrlhf.runner import intact_joint_step
+
+    cfg, layout = _deepspeed_run(tmp_path)
+    for step in (2, 4):
+        states = layout.agent("a").ckpt / "_actor" / f"global_step{step}" / "mp_rank_00_model_states.pt"
+        states.write_bytes(b"")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="no intact checkpoint to resume from.*step4.*step2"):
+            intact_joint_step(cfg, layout, say=print)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_an_intact_joint_run_and_one_from_before_manifests_resume_where_they_stood(tmp_path):
+    """Nothing to do for intact checkpoints; a state file from before the capability history (``saved``)
+    and DeepSpeed folders without manifests resume from the state's step, as before."""
+    import json as _json
+
+    from hacpo.engines.openrlhf.runner import intact_joint_step
+
+    cfg, layout = _deepspeed_run(tmp_path)
+    said = []
+    assert intact_joint_step(cfg, layout, say=said.append) == 4 and said == []
+    for manifest in layout.root.rglob(CHECKPOINT_MANIFEST):
+        manifest.unlink()
+    state = _json.loads(layout.joint_state.read_text())
+    layout.joint_state.write_text(_json.dumps({"step": 4, "tracker": state["tracker"]}))
+    assert intact_joint_step(cfg, layout, say=said.append) == 4 and said == []

@@ -190,9 +190,10 @@ def _claim_runs(cfg: dict, claims: dict, seeds: list[int]) -> set[Run]:
             for pair in pairs:
                 for s in seeds:
                     if joint:
-                        out.add(Run("joint", pair, method, s))
+                        out.add(Run("joint", pair, method, s, "results/config"))
                     else:
-                        out |= {Run("single", a, method, s) for a in cfg["pairs"][pair]["agents"]}
+                        agents = cfg["pairs"][pair]["agents"]
+                        out |= {Run("single", a, method, s, "results/config") for a in agents}
     return out
 
 

@@ -90,19 +90,20 @@ def test_countdown_config_end_to_end_at_ci_size(tmp_path):
             "--configfile", str(configfile), "--directory", str(work)]  # fmt: skip
     out = subprocess.run(args, capture_output=True, text=True, timeout=1200)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    table = (work / "results" / "tables" / "table1.md").read_text()
+    res = work / "results" / "countdown"
+    table = (res / "tables" / "table1.md").read_text()
     assert "Countdown (greedy)" in table and "HACPO" in table
-    card = (work / "results" / "tables" / "claims.csv").read_text()
+    card = (res / "tables" / "claims.csv").read_text()
     assert "hacpo_beats_gspo_x2" in card
-    runs = list((work / "results" / "runs").glob("*/*/*/seed0/metrics.jsonl"))
+    runs = list((res / "runs").glob("*/*/*/seed0/metrics.jsonl"))
     assert len(runs) == 6
     for path in runs:  # the verifier scored every rollout, and never failed
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         assert rows and all(r["verifier_failed"] == 0 for r in rows)
-    summaries = list((work / "results" / "eval").rglob("countdown_test.json"))
+    summaries = list((res / "eval").rglob("countdown_test.json"))
     assert len(summaries) == 5 * 2  # base, GSPO, GSPO×2, Naive, HACPO × two agents
     for path in summaries:  # scored by the benchmark's verifier, not math-verify
         assert json.loads(path.read_text())["reward"]["name"] == "countdown"
-    samples = [json.loads(line) for s in (work / "results" / "eval").rglob("countdown_test.samples.jsonl")
+    samples = [json.loads(line) for s in (res / "eval").rglob("countdown_test.samples.jsonl")
                for line in s.read_text().splitlines()]  # fmt: skip
     assert samples and any(s["correct"] for s in samples)

@@ -22,7 +22,7 @@ CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) 
 def pipe(name: str = "config", **changes) -> Pipeline:
     cfg = copy.deepcopy(CONFIGS[name])
     cfg.update(changes)
-    return Pipeline(cfg, base_dir=str(ROOT))
+    return Pipeline(cfg, base_dir=str(ROOT), config_files=[str(ROOT / "config" / f"{name}.yaml")])
 
 
 def test_every_shipped_workflow_config_is_tested():
@@ -57,7 +57,7 @@ def test_paper_config_matches_the_paper_run_inventory():
 def test_single_agent_baselines_are_shared_across_pairs():
     p = pipe("config")
     # `big` is in the size, model, size_b and state_b pairs: one GSPO seed-42 run, with no pair in its path
-    gspo_big = [r for r in p.runs if r == Run("single", "big", "gspo", 42)]
+    gspo_big = [r for r in p.runs if r == Run("single", "big", "gspo", 42, p.results)]
     assert len(gspo_big) == 1 and "/size/" not in gspo_big[0].dir
     assert (
         p.target("gspo", "size", "big", 42)
@@ -74,22 +74,23 @@ def test_hyper_parameters_layer_global_then_pair_then_method():
     cfg["methods"]["long_hacpo"] = {"method": "hacpo", "train": {"steps": 50, "lr": 2e-5}}
     cfg["figures"]["figure3"]["methods"] = ["long_hacpo", "hacpo_no_clip"]
     p = Pipeline(cfg, base_dir=str(ROOT))
-    joint = p.train_config(Run("joint", "size", "hacpo", 42))
+    joint = p.train_config(Run("joint", "size", "hacpo", 42, p.results))
     assert (joint["alpha"], joint["cross_clip_low"], joint["delta_step"], joint["lr"]) == (
         1.0,
         0.8,
         0.025,
         1e-5,
     )
-    state = p.train_config(Run("joint", "state", "hacpo", 42))
+    state = p.train_config(Run("joint", "state", "hacpo", 42, p.results))
     assert (state["alpha"], state["delta_step"], state["lr"]) == (3.0, 0.01, 3e-5)
-    long = p.train_config(Run("joint", "size_b", "long_hacpo", 42))
+    long = p.train_config(Run("joint", "size_b", "long_hacpo", 42, p.results))
     assert (long["method"], long["steps"], long["lr"]) == ("hacpo", 50, 2e-5)
-    single = p.train_config(Run("single", "small", "gspo", 42))
-    assert "alpha" not in single and single["agents"] == [{"name": "small", "path": "results/agents/small"}]
-    naive = p.train_config(Run("joint", "size", "naive", 42))  # its loss reads no HACPO hyper-parameter
+    single = p.train_config(Run("single", "small", "gspo", 42, p.results))
+    assert "alpha" not in single
+    assert single["agents"] == [{"name": "small", "path": "results/config/agents/small"}]
+    naive = p.train_config(Run("joint", "size", "naive", 42, p.results))  # its loss reads no HACPO knob
     assert not {"alpha", "cross_clip_low", "delta_step"} & set(naive)
-    assert Run("joint", "size_b", "long_hacpo", 42) in p.runs
+    assert Run("joint", "size_b", "long_hacpo", 42, p.results) in p.runs
 
 
 def test_alpha_table_reuses_the_default_run_at_the_pairs_own_alpha():
@@ -98,10 +99,10 @@ def test_alpha_table_reuses_the_default_run_at_the_pairs_own_alpha():
     assert "hacpo_alpha1" not in methods and {"hacpo_alpha0", "hacpo_alpha2", "hacpo_alpha3"} <= methods
     _, spec = p.table("alpha_ablation")
     row = next(r for r in spec["rows"] if r["block"] == "size" and r["model"] == "small")
-    assert row["evals"]["1"] == ["results/eval/main/joint/size/hacpo/seed42/small/toy_test.json"]
+    assert row["evals"]["1"] == ["results/config/eval/main/joint/size/hacpo/seed42/small/toy_test.json"]
     assert [c["paper_method"] for c in spec["columns"]] == [f"hacpo_alpha{a}" for a in range(4)]
     # each α is an explicit override of hacpo (the name is only a path part), labelled with its value
-    run = p.train_config(Run("joint", "size", "hacpo_alpha2", 42))
+    run = p.train_config(Run("joint", "size", "hacpo_alpha2", 42, p.results))
     assert (run["method"], run["alpha"], run["delta_step"]) == ("hacpo", 2.0, 0.025)
     assert p.label("hacpo_alpha0") == "HACPO α=0"
 
@@ -167,7 +168,7 @@ def test_a_runtime_option_changes_no_runs_identity(name, option):
     else:
         cfg["training"] = {**cfg.get("training", {}), option: RUNTIME_VALUES[option]}
     before = pipe(name)
-    after = Pipeline(cfg, base_dir=str(ROOT))
+    after = Pipeline(cfg, base_dir=str(ROOT), config_files=before.config_files)
     assert before.runs == after.runs
     for run in after.runs:
         assert after.train_spec(run) == before.train_spec(run)
@@ -180,7 +181,7 @@ def test_eval_runtime_options_are_apart_from_what_an_evaluation_computes():
     cfg = copy.deepcopy(CONFIGS["one-gpu"])
     before = Pipeline(copy.deepcopy(cfg), base_dir=str(ROOT))
     cfg["eval_settings"]["len4k"] |= {"scorer_workers": 3, "batch_tokens": 1024}
-    after = Pipeline(cfg, base_dir=str(ROOT))
+    after = Pipeline(cfg, base_dir=str(ROOT), config_files=before.config_files)
     assert after.eval_settings("len4k") == before.eval_settings("len4k")
     assert after.eval_runtime("len4k") == {"scorer_workers": 3, "batch_tokens": 1024}
     cfg["eval_settings"]["len4k"]["precision"] = "fp32"  # what it computes: a change is a rerun
@@ -213,16 +214,17 @@ def test_table_specs_point_at_the_files_the_rules_make():
 def test_evaluation_targets_round_trip():
     p = pipe("config")
     assert p.run_of_target("base/qwen") == (None, "qwen")
-    assert p.run_of_target("joint/size/hacpo/seed42/big") == (Run("joint", "size", "hacpo", 42), "big")
-    assert p.run_of_target("single/big/gspo/seed0") == (Run("single", "big", "gspo", 0), "big")
+    run = Run("joint", "size", "hacpo", 42, p.results)
+    assert p.run_of_target("joint/size/hacpo/seed42/big") == (run, "big")
+    assert p.run_of_target("single/big/gspo/seed0") == (Run("single", "big", "gspo", 0, p.results), "big")
     assert p.eval_source("joint/size/hacpo/seed42/big") == {
-        "run": "results/runs/joint/size/hacpo/seed42",
+        "run": "results/config/runs/joint/size/hacpo/seed42",
         "agent": "big",
     }
     assert p.eval_inputs("main", "base/qwen") == [
-        "results/data/toy_test.jsonl",
-        "results/data/toy_test_200.jsonl",
-        "results/agents/qwen/agent.json",
+        "results/config/data/toy_test.jsonl",
+        "results/config/data/toy_test_200.jsonl",
+        "results/config/agents/qwen/agent.json",
     ]
     for bad in ("joint/size/hacpo/seed42", "base/Big", "single/big/gspo"):
         with pytest.raises(ValueError):
@@ -242,7 +244,7 @@ def test_hub_models_need_no_build_and_paper_eval_settings_follow_the_protocol():
     aime = s8["benchmarks"]["aime2025"]
     assert (aime["metric"], aime["k"], aime["greedy"]) == ("avg@32", 32, False)
     assert s8["benchmarks"]["math500"]["greedy"] is True
-    assert p.gpus(Run("joint", "q1p7b_q4b", "hacpo", 42)) == 8
+    assert p.gpus(Run("joint", "q1p7b_q4b", "hacpo", 42, p.results)) == 8
 
 
 def test_one_gpu_config_trains_on_cuda_and_evaluates_in_token_budgets():
@@ -411,9 +413,10 @@ def test_the_train_rule_writes_where_runs_live_and_checks_its_wildcards():
 
     rule = (ROOT / "workflow" / "rules" / "train.smk").read_text()
     output = re.search(r'output:\n\s+"([^"]+)"', rule).group(1)
-    r = Run("joint", "size", "hacpo", 42)
-    assert output.format(kind=r.kind, group=r.group, method=r.method, seed=r.seed) == r.done
     p = pipe("config")
+    r = Run("joint", "size", "hacpo", 42, p.results)
+    path = output.replace("<results>", p.results)  # Snakemake's path variable (workflow/rules/common.smk)
+    assert path.format(kind=r.kind, group=r.group, method=r.method, seed=r.seed) == r.done
     assert p.run_at("joint", "size", "hacpo", 42) == r
     with pytest.raises(ValueError, match="'small' is not a pair"):
         p.run_at("joint", "small", "hacpo", 42)
@@ -432,7 +435,7 @@ def test_naive_rows_say_which_reading_made_them():
     assert "(self_old" in note and "Naive (source):" in note and "generating agent's" in note
     assert "Naive" not in p.table("table2")[1]["note"]
     for method, reading in (("naive", "self_old"), ("naive_source", "source")):
-        cfg = load_train_config(p.train_config(Run("joint", "size", method, 42)))
+        cfg = load_train_config(p.train_config(Run("joint", "size", method, 42, p.results)))
         assert cfg.naive_cross_ratio == cfg.resolved_method().naive_cross_ratio == reading
     paper = pipe("paper")
     assert [r.group for r in paper.runs if r.method == "naive_source"] == ["q1p7b_q4b", "q4b_l3b", "q4b_q4bi"]
@@ -443,8 +446,9 @@ def test_an_opt_in_view_is_built_only_when_named():
     train_all and the profiles, but a named target with its own runs, whose captions say each row's preset."""
     p = pipe("config")
     targets = p.final_targets()
-    assert "results/tables/order_sensitivity.md" not in targets and "results/tables/table6.md" in targets
-    assert "results/figures/order_clip_by_update.png" not in targets
+    assert "results/config/tables/order_sensitivity.md" not in targets
+    assert "results/config/tables/table6.md" in targets
+    assert "results/config/figures/order_clip_by_update.png" not in targets
     assert not any(r.method == "hacpo_agent_order" for r in p.runs)
     files, spec = p.table("order_sensitivity")
     assert len([f for f in files if "/hacpo_agent_order/" in f]) == 5 * 2  # 5 seeds × both agents' evals
@@ -454,4 +458,4 @@ def test_an_opt_in_view_is_built_only_when_named():
     files, fig = p.figure("order_clip_by_update")
     lines = fig["panels"][0]["lines"]
     assert fig["kind"] == "updates" and len(lines) == 4
-    assert lines[1]["updates"][0] == "results/runs/joint/size/hacpo_agent_order/seed0/updates.jsonl"
+    assert lines[1]["updates"][0] == "results/config/runs/joint/size/hacpo_agent_order/seed0/updates.jsonl"

@@ -115,11 +115,11 @@ def test_workflow_through_slurm(slurm_cluster, tmp_path):
     r = _snakemake(
         "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
         "--configfile", str(ci_config), "--workflow-profile", str(CI_PROFILE), "--jobs", "2",
-        *(f"results/tables/{t}.csv" for t in tables), timeout=900, cwd=tmp_path,
+        *(f"results/ci/tables/{t}.csv" for t in tables), timeout=900, cwd=tmp_path,
     )  # fmt: skip
     assert r.returncode == 0, _report(r, tmp_path)
     for table in tables:
-        assert (tmp_path / "results" / "tables" / f"{table}.csv").stat().st_size > 0, table
+        assert (tmp_path / "results" / "ci" / "tables" / f"{table}.csv").stat().st_size > 0, table
     submitted = _submitted_rules(tmp_path)
     gpu_rules = {"train", "evaluate"}  # the GPU rules: they must run as SLURM jobs
     assert gpu_rules <= submitted, f"sbatch logs only for {sorted(submitted)}\n{_report(r, tmp_path)}"

@@ -151,8 +151,8 @@ def test_workflow_config_checks_source_models_by_key_path():
     with pytest.raises(ConfigError, match=r"models\.a: .*exactly one of"):
         Pipeline(_pipeline_cfg({"source": src, "hub": "x/z", "prompt_format": "chat"}))
     pipe = Pipeline(_pipeline_cfg({"source": src, "prompt_format": "few_shot"}))
-    assert pipe.model_path("a") == "results/models/a"
-    assert pipe.model_inputs("a") == ["results/models/a/hacpo-model.json"]
+    assert pipe.model_path("a") == "results/config/models/a"
+    assert pipe.model_inputs("a") == ["results/config/models/a/hacpo-model.json"]
     assert pipe.import_params("a") == {"source": src, "prompt_format": "few_shot"}
     with pytest.raises(ValueError, match=r"models\.a\.source: .*'no_such_pkg' is not installed"):
         pipe.check_model_sources()  # the workflow's onstart: before the first job

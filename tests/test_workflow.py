@@ -105,11 +105,11 @@ def test_a_spec_larger_than_one_command_argument_reaches_its_job(tmp_path):
     (command,) = [line.removeprefix("Shell command: ") for line in out.splitlines()
                   if line.startswith("Shell command: printf") and "claims_full" in line]  # fmt: skip
     write_spec, _, job = command.partition(" && ")
-    assert job.startswith("hacpo report table --spec @results/logs/tables/claims_full.spec.json")
-    (tmp_path / "results" / "logs" / "tables").mkdir(parents=True)
+    assert job.startswith("hacpo report table --spec @results/config/logs/tables/claims_full.spec.json")
+    (tmp_path / "results" / "config" / "logs" / "tables").mkdir(parents=True)
     (tmp_path / "script.sh").write_text(write_spec + "\n")
     subprocess.run(["bash", "script.sh"], cwd=tmp_path, check=True)
-    assert json.loads((tmp_path / "results/logs/tables/claims_full.spec.json").read_text()) == spec
+    assert json.loads((tmp_path / "results/config/logs/tables/claims_full.spec.json").read_text()) == spec
 
 
 def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_jobs(tmp_path):
@@ -252,11 +252,34 @@ def test_paper_data_prep_covers_eight_datasets_at_pinned_revisions(tmp_path):
         "--directory",
         str(tmp_path),
     ]
-    out = run([*args, "results/data/manifest.json"]).stdout
+    out = run([*args, "results/paper/data/manifest.json"]).stdout
     assert out.count("rule prepare_data:") == 8
     for name in ("math_train", "math500", "math", "gsm8k", "aime2025", "amc23", "minerva", "olympiad"):
         spec = registry.get(name)
         assert len(spec.revision) == 40 and f'"revision": "{spec.revision}"' in out, name
+
+
+def test_each_config_writes_only_under_its_own_folder(tmp_path):
+    """results/<config name> per config file (issue 43); a second file of the same name elsewhere is refused
+    before any job, with the fix, unless it sets `results_dir:` to share the folder on purpose."""
+    dry = [*SNAKEMAKE, "-n", "--directory", str(tmp_path)]
+    out = run([*dry, "--configfile", str(ROOT / "config" / "ci.yaml")]).stdout
+    outputs = [w for line in out.splitlines() if line.strip().startswith("output:") for w in line.split()[1:]]
+    assert outputs and all(o.strip(",").startswith("results/ci/") for o in outputs)
+    (tmp_path / "results" / "ci").mkdir(parents=True)
+    owner = {"configs": ["config/ci.yaml"]}
+    (tmp_path / "results" / "ci" / "hacpo-results.json").write_text(json.dumps(owner))
+    elsewhere = tmp_path / "mine" / "ci.yaml"
+    elsewhere.parent.mkdir()
+    cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    elsewhere.write_text(yaml.safe_dump(cfg))
+    refused = run([*dry, "--configfile", str(elsewhere)], check=False)
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0
+    assert "results/ci/ holds the results of config/ci.yaml, and mine/ci.yaml" in said, said
+    assert "`results_dir: results/<name>`" in said
+    elsewhere.write_text(yaml.safe_dump(cfg | {"results_dir": "results/ci"}))
+    assert run([*dry, "--configfile", str(elsewhere)]).returncode == 0
 
 
 def test_bad_config_fails_before_any_job_with_the_key_path(tmp_path):
@@ -310,7 +333,7 @@ def _resumable_joint_runs(runs: Path) -> list[Path]:
 
 def _outputs(work: Path) -> dict[str, bytes]:
     """Every table and figure CSV except the measured ones (runtime, memory: wall time differs per run)."""
-    res = work / "results"
+    res = work / "results" / "ci"
     files = [*res.glob("tables/*.csv"), *res.glob("figures/*.csv")]
     return {f.name: f.read_bytes() for f in files if f.stem not in ("table7", "table8")}
 
@@ -338,9 +361,9 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     uninterrupted = _outputs(work)
     assert {"table1.csv", "table5.csv", "figure2.csv"} <= set(uninterrupted)
 
-    runs = work / "results" / "runs"
+    runs = work / "results" / "ci" / "runs"
     for downstream in ("runs/joint", "eval/main/joint", "tables", "figures"):  # the joint runs and all after
-        shutil.rmtree(work / "results" / downstream)
+        shutil.rmtree(work / "results" / "ci" / downstream)
     log = open(tmp_path / "first.log", "w")
     proc = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -357,7 +380,7 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     # Jobs run in the warm worker's forked children (their own sessions): the worker terminates them once
     # Snakemake is gone and logs "exited" after the last one. Snapshot the runs only after that. (No log:
     # HACPO_WORKER=off, the jobs were Snakemake's own children and died with it.)
-    worker_log = work / "results" / "logs" / "worker.log"
+    worker_log = work / "results" / "ci" / "logs" / "worker.log"
     if worker_log.exists():
         _wait_for(lambda: worker_log.read_text().rstrip().endswith("exited"), 60)
     finished = {p: p.stat().st_mtime_ns for p in runs.glob("*/*/*/*/done.json")}
@@ -370,7 +393,7 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
         assert p.stat().st_mtime_ns == mtime, p
     for run_dir in interrupted:  # resumed from their checkpoint (nothing lost, nothing moved)
         rel = run_dir.relative_to(runs)
-        train_log = (work / "results" / "logs" / "train" / rel).with_suffix(".log")
+        train_log = (work / "results" / "ci" / "logs" / "train" / rel).with_suffix(".log")
         assert "resuming" in train_log.read_text(), train_log
         steps = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         assert steps == list(range(6))
@@ -384,7 +407,7 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     for name, content in uninterrupted.items():
         assert resumed[name] == content, f"{name} differs after the interrupted, resumed workflow"
 
-    tables = work / "results" / "tables"
+    tables = work / "results" / "ci" / "tables"
     t1 = pd.read_csv(tables / "table1.csv")
     expected = {(m, meth) for m in ("llama", "qwen") for meth in ("base", "gspo", "naive", "hacpo")}
     for column in ("ci_test", "ci_test_k4", "avg"):
@@ -401,7 +424,7 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
         assert (tables / f"{name}.md").read_text().startswith("# ") and (
             tables / f"{name}.tex"
         ).stat().st_size
-    assert (work / "results" / "figures" / "figure2.png").stat().st_size > 10_000
+    assert (work / "results" / "ci" / "figures" / "figure2.png").stat().st_size > 10_000
     # the scorecard (issue 30): Table 6's two seeds give real intervals, each recomputed from the seeds CSV
     card, seeds = pd.read_csv(tables / "claims.csv"), pd.read_csv(tables / "claims_seeds.csv")
     assert set(card["verdict"]) <= set(stats.VERDICTS) and (card["n_seeds"] >= 2).sum() >= 3
@@ -413,7 +436,7 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
         )
     headline = (tables / "claims.md").read_text().splitlines()[2]
     assert "claim tests hold at this scale" in headline and headline in (tables / "claims.rst").read_text()
-    assert (work / "results" / "figures" / "claims.png").stat().st_size > 10_000
+    assert (work / "results" / "ci" / "figures" / "claims.png").stat().st_size > 10_000
     done = json.loads(run([sys.executable, "-m", "hacpo.cli", "status", "--configfile", str(configfile),
                            "--json"], cwd=work).stdout)  # fmt: skip
     assert done["total"]["complete"] == done["total"]["runs"] == 10 and done["total"]["left_s"] == 0
@@ -421,22 +444,46 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
         assert_events_match_logs(run_dir)
     dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])
     assert "Nothing to be done" in dry.stdout + dry.stderr  # its runs exist: the scorecard plans none
-    manifest = json.loads((work / "results" / "data" / "manifest.json").read_text())
+    manifest = json.loads((work / "results" / "ci" / "data" / "manifest.json").read_text())
     assert set(manifest["datasets"]) == {"ci_train", "ci_dev", "ci_test"}
 
     # A finished workflow: runtime options (threads, memory knobs, scorer workers, batch budgets) plan
     # nothing; a maths knob plans exactly the runs that read it, and the evaluations and tables after them.
-    runtime = copy.deepcopy(cfg)
+    runtime = copy.deepcopy(cfg) | {"results_dir": "results/ci"}  # another file, the same folder on purpose
     runtime["training"] |= {"threads": 2, "micro_batch_tokens": 4096, "generation_batch_tokens": 4096}
     runtime["training"] |= {"gradient_checkpointing": True, "scorer_workers": 1}
     runtime["eval_settings"]["main"] |= {"scorer_workers": 1, "batch_tokens": 2048}
     assert _planned_train_runs(runtime, tmp_path / "runtime.yaml", work) == set()
-    maths = copy.deepcopy(cfg)
+    maths = copy.deepcopy(cfg) | {"results_dir": "results/ci"}
     maths["pairs"]["mixed"]["hacpo"] = {**maths["pairs"]["mixed"].get("hacpo", {}), "delta_step": 0.05}
-    before, after = Pipeline(cfg), Pipeline(maths)
+    before, after = Pipeline(cfg, config_files=[str(configfile)]), Pipeline(maths)
     reads = {r.dir for r in before.runs if before.train_spec(r) != after.train_spec(r)}
     assert reads and all("/hacpo" in d for d in reads), reads  # HACPO losses only: not Naive, not GSPO
     assert _planned_train_runs(maths, tmp_path / "maths.yaml", work) == reads
+
+    # A second config in the same checkout (issue 43): its own agent `qwen` is another architecture, its
+    # Table 1 another table. It writes only under results/other/; the first config's files stay as they were,
+    # and its dry run plans nothing.
+    other = copy.deepcopy(cfg)
+    other["models"]["qwen"]["warmup"] = "config/agents/ci.yaml:tiny_llama"
+    other["tables"] = {"table1": {"kind": "accuracy", "pairs": ["mixed"], "methods": ["base"],
+                                  "eval": "main"}}  # fmt: skip
+    other["figures"] = {}
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
+    first = {p: p.read_bytes() for p in (work / "results" / "ci").rglob("*") if p.is_file()
+             and "logs" not in p.parts}  # fmt: skip
+    run([*SNAKEMAKE, "-c2", "--configfile", str(tmp_path / "other.yaml"), "--directory", str(work)],
+        timeout=600)
+    assert {p.name for p in (work / "results").iterdir()} == {"ci", "other"}
+    assert (work / "results" / "other" / "tables" / "table1.md").stat().st_size > 0
+    agent = json.loads((work / "results" / "other" / "agents" / "qwen" / "agent.json").read_text())
+    assert agent["model_class"] == "LlamaForCausalLM"  # the first config's qwen is a Qwen3, untouched
+    after = {p: p.read_bytes() for p in (work / "results" / "ci").rglob("*") if p.is_file()
+             and "logs" not in p.parts}  # fmt: skip
+    assert after.keys() - first.keys() <= {work / "results" / "ci" / "hacpo-results.json"}
+    assert all(after[p] == content for p, content in first.items()), "the second config touched the first's"
+    dry = run([*SNAKEMAKE, "-n", "--configfile", str(configfile), "--directory", str(work)])
+    assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
 def _planned_train_runs(cfg: dict, configfile: Path, work: Path) -> set[str]:
@@ -459,4 +506,4 @@ def test_real_model_dag_imports_each_model_once_and_counts_train_threads(tmp_pat
     imports = [j for j in jobs if j.startswith("import_model:")]
     assert all("hacpo import-model --spec" in j and '"prompt_format":"few_shot"' in j for j in imports)
     trains = [j for j in jobs if j.startswith("train:")]
-    assert all("threads: 2" in j and "results/models/" in j and "hacpo-model.json" in j for j in trains)
+    assert all("threads: 2" in j and "results/real/models/" in j and "hacpo-model.json" in j for j in trains)

@@ -8,8 +8,6 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import yaml
-
 from hacpo.runio import RunRecord, json_arg, sha256_file
 
 
@@ -170,10 +168,7 @@ def cmd_plan(args) -> int:
     """What a config asks for: runs per kind and method, evaluation jobs, tables and figures."""
     from hacpo.pipeline import Pipeline
 
-    config: dict = {}
-    for f in args.configfile:
-        config |= yaml.safe_load(Path(f).read_text()) or {}
-    pipe = Pipeline(config)
+    pipe = Pipeline.from_files(args.configfile)
     runs = pipe.runs
     by = Counter(f"{r.kind}:{r.method}" for r in runs)
     print(

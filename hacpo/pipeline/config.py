@@ -90,7 +90,7 @@ class Synthetic(_Strict):
 
 
 class Dataset(_Strict):
-    """One data file ``results/data/<name>.jsonl``: synthetic problems, a registry dataset (issue 5), or a
+    """One data file ``<results>/data/<name>.jsonl``: synthetic problems, a registry dataset (issue 5), or a
     dataset of your own (``local:`` JSONL, Parquet or CSV, or ``hub:`` at a pinned revision, with its
     ``fields:`` mapping; :mod:`hacpo.data.own`).
     """
@@ -459,6 +459,8 @@ class PipelineConfig(_Strict):
     figures: dict[Id, Figure] = {}
     report: ReportSettings = ReportSettings()
     logging: RunLogging = RunLogging()  # every run's live curves (runtime only: never a rerun)
+    # This config's own folder (default results/<config file's name>): two configs never share files.
+    results_dir: Annotated[str, Field(min_length=1)] | None = None
 
     _v = field_validator("training")(classmethod(lambda cls, v: _check_train_keys(v)))
 

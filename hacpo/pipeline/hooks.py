@@ -1,4 +1,5 @@
-"""Snakemake ``onstart``/``onsuccess``/``onerror`` hooks: a warm worker for local runs.
+"""Snakemake ``onstart``/``onsuccess``/``onerror`` hooks: a warm worker for local runs; the results folder's
+owner.
 
 Local jobs are many short ``hacpo …`` processes; each would pay ~4 s importing torch and transformers. The
 worker (:mod:`hacpo.worker`) imports them once and forks per job, while Snakemake keeps tracking every job.
@@ -7,10 +8,14 @@ Cluster jobs (non-local executors) run ``hacpo`` directly. ``HACPO_WORKER=off`` 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 import tempfile
+from pathlib import Path
+
+OWNER = "hacpo-results.json"  # in a results folder: the config file(s) whose results it holds
 
 
 def put_interpreter_on_path() -> None:
@@ -22,7 +27,38 @@ def put_interpreter_on_path() -> None:
         os.environ["PATH"] = bindir + os.pathsep + path
 
 
-def start_worker(local_exec: bool, log: str = "results/logs/worker.log") -> str | None:
+def _owner_record(pipe) -> tuple[Path, str, list[str]]:
+    """The owner file, this config's name in it (its config files, comma-separated) and the names it holds."""
+    path = Path(pipe.results) / OWNER
+    me = ", ".join(os.path.relpath(os.path.abspath(f)) for f in pipe.config_files)
+    owners = json.loads(path.read_text()).get("configs", []) if path.is_file() else []
+    return path, me, owners
+
+
+def check_results_owner(pipe) -> None:
+    """Before any job (dry runs too): refuse a config that would write over another config's results in the
+    same folder (two ``x.yaml`` in different directories, a copied ``results_dir:``). A config that sets
+    ``results_dir:`` itself shares a folder on purpose."""
+    path, me, owners = _owner_record(pipe)
+    if me and owners and me not in owners and not pipe.cfg.results_dir:
+        raise ValueError(
+            f"{pipe.results}/ holds the results of {'; '.join(owners)}, and {me} would write over them. Give "
+            f"this config its own folder (`results_dir: results/<name>` in it), or, to share {pipe.results}/ "
+            f"on purpose, set `results_dir: {pipe.results}` in it."
+        )
+
+
+def record_results_owner(pipe) -> None:
+    """``onstart``: add this config to the folder's owners (read by :func:`check_results_owner`)."""
+    from hacpo.runio import atomic_write_json
+
+    path, me, owners = _owner_record(pipe)
+    if me and me not in owners:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, {"configs": [*owners, me]})
+
+
+def start_worker(local_exec: bool, log: str) -> str | None:
     if not local_exec or os.environ.get("HACPO_WORKER", "") == "off":
         return None
     from hacpo import worker

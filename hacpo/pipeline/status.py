@@ -5,7 +5,7 @@ N from ``metrics.jsonl``, the last validation accuracy of each agent, the wall t
 validations, resumes included; a complete run's profile) and the time left at its own mean step time; then
 one line for the whole: runs complete, running and left, and the training time left. Runs not started are
 estimated from complete runs of the same method (else of any). Nothing is locked or written, so it is safe
-beside Snakemake, locally or on SLURM, on a partial ``results/`` and on a config none of whose runs started.
+beside Snakemake, locally or on SLURM, on a partial results folder and on a config none of whose runs started.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class RunStatus:
 
     @property
     def group(self) -> str:
-        """kind/method of a workflow run directory (results/runs/<kind>/<group>/<method>/seed<seed>)."""
+        """kind/method of a workflow run directory (<results>/runs/<kind>/<group>/<method>/seed<seed>)."""
         parts = Path(self.run).parts
         return f"{parts[-4]}/{parts[-2]}" if len(parts) >= 4 else ""
 
@@ -151,14 +151,9 @@ def cmd_status(args) -> int:
     if args.run_dirs:
         runs = _estimate_planned([read_status(d) for d in args.run_dirs])
     else:
-        import yaml
-
         from hacpo.pipeline import Pipeline
 
-        config: dict = {}
-        for f in args.configfile:
-            config |= yaml.safe_load(Path(f).read_text()) or {}
-        runs = workflow_status(Pipeline(config))
+        runs = workflow_status(Pipeline.from_files(args.configfile))
     if args.json:
         print(json.dumps({"runs": [asdict(r) for r in runs], "total": summary(runs)}, indent=1))
     else:

@@ -6,7 +6,7 @@ several pairs is trained once (its path has no pair), which checkpoint an evalua
 hyper-parameters a run gets (global ``training`` < model or pair ``train`` < pair ``hacpo`` (HACPO losses
 only) < method entry ``train``). The Snakemake rules only name files and call ``hacpo …``.
 
-Paths (all under ``results/``)::
+Paths (all under the config's results folder, :func:`results_dir`)::
 
     data/<dataset>.jsonl                               prepared problems
     agents/<model>/agent.json                          tiny local agent (CPU engine warm-up)
@@ -32,7 +32,7 @@ from hacpo.reward.custom import CustomReward
 from hacpo.specs import EvalJob, EvalRuntime, checked
 
 from .config import PipelineConfig, load_pipeline_config
-from .runs import R, Run
+from .runs import Run
 from .views import Views
 
 # An evaluation target (one checkpoint), as a Snakemake wildcard constraint and as a parser.
@@ -45,32 +45,57 @@ TARGET = re.compile(
 )
 
 
+def results_dir(cfg: PipelineConfig, config_files: list[str]) -> str:
+    """A workflow config's own results folder (issue 43): its ``results_dir:``, else ``results/<name>`` after
+    the (last) config file, ``config/countdown.yaml`` → ``results/countdown``; ``results/config`` for the
+    default ``config/config.yaml`` (and for a config given as a dict only)."""
+    if cfg.results_dir:
+        return cfg.results_dir.rstrip("/")
+    return f"results/{Path(config_files[-1]).stem if config_files else 'config'}"
+
+
 class Pipeline:
-    def __init__(self, config: dict | PipelineConfig, base_dir: str | None = None):
+    def __init__(self, config: dict | PipelineConfig, base_dir: str | None = None,
+                 config_files: list[str] | None = None):  # fmt: skip
         self.cfg = config if isinstance(config, PipelineConfig) else load_pipeline_config(config)
         self.base_dir = base_dir  # where relative config paths (warm-up spec files) resolve if not in cwd
+        self.config_files = [str(f) for f in config_files or []]
+        self.results = results_dir(self.cfg, self.config_files)
         self._noted: set[Run] = set()  # runs the table and figure builders asked for (see ``runs``)
 
+    @classmethod
+    def from_files(cls, config_files: list[str], base_dir: str | None = None) -> Pipeline:
+        """The pipeline of config files as ``snakemake --configfile`` reads them (later files' keys win)."""
+        import yaml
+
+        def merge(into: dict, new: dict) -> dict:  # Snakemake's update_config: nested keys merge
+            for key, value in new.items():
+                both = isinstance(value, dict) and isinstance(into.get(key), dict)
+                into[key] = merge(into[key], value) if both else value
+            return into
+
+        config: dict = {}
+        for f in config_files:
+            merge(config, yaml.safe_load(Path(f).read_text()) or {})
+        return cls(config, base_dir, config_files)
+
     # --------------------------------------------------------------------------------------- files
-    @staticmethod
-    def dataset_file(name: str) -> str:
-        return f"{R}/data/{name}.jsonl"
+    def dataset_file(self, name: str) -> str:
+        return f"{self.results}/data/{name}.jsonl"
 
-    @staticmethod
-    def agent_marker(model: str) -> str:
-        return f"{R}/agents/{model}/agent.json"
+    def agent_marker(self, model: str) -> str:
+        return f"{self.results}/agents/{model}/agent.json"
 
-    @staticmethod
-    def import_marker(model: str) -> str:
+    def import_marker(self, model: str) -> str:
         from hacpo.agents.sources import MANIFEST
 
-        return f"{R}/models/{model}/{MANIFEST}"
+        return f"{self.results}/models/{model}/{MANIFEST}"
 
     def model_path(self, model: str) -> str:
         m = self.cfg.models[model]
         if m.source is not None:
-            return f"{R}/models/{model}"
-        return m.hub if m.hub else f"{R}/agents/{model}"
+            return f"{self.results}/models/{model}"
+        return m.hub if m.hub else f"{self.results}/agents/{model}"
 
     def import_params(self, model: str) -> dict:
         """An imported model's recipe (the import rule's parameters: a new source or format reimports)."""
@@ -148,12 +173,11 @@ class Pipeline:
             )
         return [str(config)]
 
-    @staticmethod
-    def eval_summary(setting: str, target: str) -> str:
-        return f"{R}/eval/{setting}/{target}/summary.json"
+    def eval_summary(self, setting: str, target: str) -> str:
+        return f"{self.results}/eval/{setting}/{target}/summary.json"
 
     def eval_file(self, setting: str, target: str, bench: str) -> str:
-        return f"{R}/eval/{setting}/{target}/{bench}.json"
+        return f"{self.results}/eval/{setting}/{target}/{bench}.json"
 
     # ---------------------------------------------------------------------------------------- runs
     def is_joint(self, method: str) -> bool:
@@ -168,13 +192,13 @@ class Pipeline:
         if self.is_joint(method) != (kind == "joint"):
             other = "joint" if kind == "single" else "single-agent"
             raise ValueError(f"method {method!r} is {other}: it has no {kind} runs")
-        return Run(kind, group, method, seed)
+        return Run(kind, group, method, seed, self.results)
 
     def run(self, method: str, pair: str, model: str, seed: int) -> Run:
         """The run training ``model`` with ``method`` for ``pair``'s table row (single runs drop the pair)."""
         if self.is_joint(method):
-            return Run("joint", pair, method, seed)
-        return Run("single", model, method, seed)
+            return Run("joint", pair, method, seed, self.results)
+        return Run("single", model, method, seed, self.results)
 
     def target(self, method: str, pair: str, model: str, seed: int) -> str:
         """Evaluation target of a table cell: ``base/<model>`` or the run's final checkpoint of ``model``."""
@@ -200,7 +224,7 @@ class Pipeline:
             raise ValueError(f"bad evaluation target {target!r}")
         if m["bmodel"]:
             return None, m["bmodel"]
-        run = Run(m["kind"], m["group"], m["method"], int(m["seed"]))
+        run = Run(m["kind"], m["group"], m["method"], int(m["seed"]), self.results)
         if run.kind == "joint" and not m["agent"]:
             raise ValueError(f"joint evaluation target {target!r} needs /<agent>")
         return run, (m["agent"] or run.group)
@@ -393,16 +417,18 @@ class Pipeline:
     def final_targets(self) -> list[str]:
         names = [*self.defaults("tables"), *self.defaults("figures")]
         files = [f for name in names for f in self.named_target(name)]
-        return files + [f"{R}/data/manifest.json", f"{R}/profiles.csv"]
+        profiles = [f"{self.results}/profiles.csv"] if self.runs else []  # a config of base evaluations only
+        return files + [f"{self.results}/data/manifest.json", *profiles]
 
     def named_target(self, name: str) -> list[str]:
         """Files of one table (csv, md, tex) or figure (png): the `snakemake <name>` target."""
         if name in self.cfg.tables:
-            files = [f"{R}/tables/{name}.{ext}" for ext in ("csv", "md", "tex")]
+            tables = f"{self.results}/tables/{name}"
+            files = [f"{tables}.{ext}" for ext in ("csv", "md", "tex")]
             if self.cfg.tables[name].kind == "claims":  # + per-seed CSV, the report's page, the forest plot
-                files += [f"{R}/tables/{name}_seeds.csv", f"{R}/tables/{name}.rst", f"{R}/figures/{name}.png"]
+                files += [f"{tables}_seeds.csv", f"{tables}.rst", f"{self.results}/figures/{name}.png"]
             return files
-        return [f"{R}/figures/{name}.png"]
+        return [f"{self.results}/figures/{name}.png"]
 
     def data_manifest_inputs(self) -> list[str]:
         return [self.dataset_file(d) for d in sorted(self.used_datasets())]

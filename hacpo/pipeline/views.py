@@ -196,7 +196,7 @@ class Views:
         return [], {"columns": cols, "rows": rows}
 
     def _table_ratio_stats(self, t) -> tuple[list[str], dict]:
-        runs = [Run("joint", t.pair, t.method, s) for s in self.seeds(t)]
+        runs = [Run("joint", t.pair, t.method, s, self.pipe.results) for s in self.seeds(t)]
         common = {
             **self._block(t.pair),
             "agent": t.agent,
@@ -250,10 +250,10 @@ class Views:
         for method in t.methods:
             row = {"method": method, "label": self.label(method), "paper_method": self.paper_method(method)}
             if self.pipe.is_joint(method):
-                runs = [Run("joint", pair, method, s) for s in seeds]
+                runs = [Run("joint", pair, method, s, self.pipe.results) for s in seeds]
                 row["overall"] = [r.profile for r in runs]
             else:
-                runs = [Run("single", a, method, s) for a in agents for s in seeds]
+                runs = [Run("single", a, method, s, self.pipe.results) for a in agents for s in seeds]
                 row["profiles"] = {a: [r.profile for r in runs if r.group == a] for a in agents}
             files += [self.pipe._needed(r).done for r in runs]
             rows.append(row)

@@ -22,7 +22,8 @@ on_this_machine()
 
 
 from hacpo.config import TrainConfig  # noqa: E402
-from hacpo.engines.openrlhf.joint.driver import parse_args, pin_resume_step  # noqa: E402
+from hacpo.engines.openrlhf.joint.driver import parse_args  # noqa: E402
+from hacpo.engines.openrlhf.joint.state import pin_resume_step  # noqa: E402
 
 
 def _cfg(tmp_path, small_agent, other_agent, toy_data, out: str) -> TrainConfig:

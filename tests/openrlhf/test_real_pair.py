@@ -91,10 +91,10 @@ def real_rehearsal() -> Path:
     where = os.environ.get("HACPO_REAL_REHEARSAL_DIR")
     if not where:
         pytest.skip(
-            "set HACPO_REAL_REHEARSAL_DIR=results/rehearsal/rehearsal-real after `bash scripts/rehearse.sh "
+            "set HACPO_REAL_REHEARSAL_DIR=results/rehearsal-real after `bash scripts/rehearse.sh "
             "--configfile config/rehearsal-real.yaml --gpus 1` (CI runs its joint part)"
         )
-    run = Path(where) / "results" / "runs" / "joint" / "real" / "hacpo" / "seed0"
+    run = Path(where) / "runs" / "joint" / "real" / "hacpo" / "seed0"
     assert (run / "run.json").is_file(), f"no joint run in {where}: the rehearsal did not run it"
     return run
 

@@ -60,11 +60,11 @@ def _reference(tmp_path: Path, request, toy_data: Path) -> TrainConfig:
     from hacpo.runio import RunRecord
 
     where = os.environ.get("HACPO_REHEARSAL_DIR")
-    run = Path(where or "/nonexistent") / "results" / "runs" / "joint" / "mixed" / "hacpo" / "seed0"
+    run = Path(where or "/nonexistent") / "runs" / "joint" / "mixed" / "hacpo" / "seed0"
     record = RunRecord.read(run) if run.is_dir() else None
     if record is not None and record.complete:
         config = dict(record.config)
-        base = Path(where)
+        base = Path(__file__).resolve().parents[2]  # the rehearsal's paths are relative to the checkout
 
         def absolute(path: str) -> str:
             return path if Path(path).is_absolute() else str((base / path).resolve())
@@ -113,8 +113,9 @@ def test_a_joint_run_killed_in_an_actor_fails_clearly_and_resumes_like_an_uninte
     from toy_runs import assert_events_match_logs, assert_wandb_matches_logs
 
     from hacpo.config import RunLogging, WandbLogging
+    from hacpo.engines.openrlhf.command import Layout
     from hacpo.engines.openrlhf.runner import train
-    from hacpo.runio import Profile, RunRecord, read_jsonl
+    from hacpo.runio import CHECKPOINT_MANIFEST, Profile, RunRecord, read_jsonl
 
     ref_cfg = _reference(tmp_path, request, toy_data)
     offline = RunLogging(wandb=WandbLogging(project="hacpo-tests", mode="offline"))  # issue 31: W&B resumes
@@ -134,6 +135,22 @@ def test_a_joint_run_killed_in_an_actor_fails_clearly_and_resumes_like_an_uninte
     assert "Actor" in message, message  # Ray's error names the dead actor
     record = RunRecord.read(cfg.out_dir)
     assert record.status == "failed" and record.step >= 1, record
+
+    # Issue 43: every DeepSpeed checkpoint records what it holds; one cut short after it was written (a disk
+    # error) is found before any actor starts. Here it is the only checkpoint, so the rerun refuses, naming
+    # it, and moves nothing; restored, the run resumes (tests/test_checkpoints.py: the fall-back to an older
+    # step, on the same layout).
+    step = json.loads(Layout(Path(cfg.out_dir)).joint_state.read_text())["step"]
+    tag = Layout(Path(cfg.out_dir)).agent(cfg.agents[1].name).ckpt / "_actor" / f"global_step{step}"
+    manifest = json.loads((tag / CHECKPOINT_MANIFEST).read_text())["files"]
+    assert "mp_rank_00_model_states.pt" in manifest and all(f["bytes"] > 0 for f in manifest.values())
+    states = tag / "mp_rank_00_model_states.pt"
+    whole = states.read_bytes()
+    states.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(ValueError, match=f"no intact checkpoint to resume from.*global_step{step}.*bytes"):
+        train(cfg, cfg.openrlhf)
+    assert tag.is_dir() and RunRecord.read(cfg.out_dir).status == "failed"
+    states.write_bytes(whole)
 
     out = train(cfg, cfg.openrlhf)  # the rerun resumes from the newest step every agent saved
     assert out.complete and out.step == cfg.steps

@@ -3,8 +3,9 @@ every table and figure of its config, made from complete runs of the real stack,
 OpenRLHF's own ``train_ppo_ray``, joint runs through HACPO's driver with a weight sync every step, profiles
 of the OpenRLHF engine behind Tables 7 and 8, and the report.
 
-Set HACPO_REHEARSAL_DIR to the rehearsal's directory (CI: results/rehearsal/rehearsal-ci, after the
-rehearsal); skipped otherwise (the rehearsal itself is what runs the stack, minutes of it).
+Set HACPO_REHEARSAL_DIR to the rehearsal's results folder (CI: results/rehearsal-ci, after the rehearsal;
+the tests run in the checkout it ran in); skipped otherwise (the rehearsal itself is what runs the stack,
+minutes of it).
 """
 
 from __future__ import annotations
@@ -30,17 +31,17 @@ def rehearsal():
 
     d = Path(WHERE)
     config = yaml.safe_load((ROOT / "config" / f"{d.name}.yaml").read_text())
-    return d, Pipeline(config, base_dir=str(ROOT))
+    return d, Pipeline({**config, "results_dir": WHERE}, base_dir=str(ROOT))
 
 
 def test_every_table_and_figure_is_made(rehearsal):
     d, pipe = rehearsal
     for name in pipe.cfg.tables:
         for ext in ("md", "csv", "tex"):
-            assert (d / "results" / "tables" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
+            assert (d / "tables" / f"{name}.{ext}").stat().st_size > 0, (name, ext)
     for name in pipe.cfg.figures:
-        assert (d / "results" / "figures" / f"{name}.png").stat().st_size > 0, name
-    assert (d / "results" / "report.html").stat().st_size > 0
+        assert (d / "figures" / f"{name}.png").stat().st_size > 0, name
+    assert (d / "report.html").stat().st_size > 0
 
 
 def test_every_run_is_complete_and_ran_on_the_real_stack(rehearsal):
@@ -49,7 +50,7 @@ def test_every_run_is_complete_and_ran_on_the_real_stack(rehearsal):
     d, pipe = rehearsal
     assert pipe.runs
     for run in pipe.runs:
-        run_dir = d / run.dir
+        run_dir = Path(run.dir)
         record = RunRecord.read(run_dir)
         assert record is not None and record.complete and record.engine == "openrlhf", run.dir
         command = record.details["command"]
@@ -95,13 +96,13 @@ def _check_updates(run_dir: Path, config: dict, agents: list[str]) -> None:
 
 def test_profiles_of_the_openrlhf_engine_feed_tables_7_and_8(rehearsal):
     d, pipe = rehearsal
-    with open(d / "results" / "profiles.csv") as f:
+    with open(d / "profiles.csv") as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == len(pipe.runs) and {r["engine"] for r in rows} == {"openrlhf"}
     assert all(float(r["tokens_per_s"]) > 0 and float(r["peak_rss_mb"]) > 0 for r in rows)
     for name, table in pipe.cfg.tables.items():
         if table.kind in ("runtime", "memory"):
-            text = (d / "results" / "tables" / f"{name}.md").read_text()
+            text = (d / "tables" / f"{name}.md").read_text()
             assert "HACPO" in text and "GSPO" in text, name
 
 
@@ -109,7 +110,7 @@ def test_the_scorecard_reads_the_openrlhf_engines_files(rehearsal):
     """The claims scorecard over real-stack runs: eval summaries from vLLM, validation and s_hete from the
     joint driver's logs, wall times from both engines' profiles; one seed at CI size, so no verdict."""
     d, pipe = rehearsal
-    tables = d / "results" / "tables"
+    tables = d / "tables"
     with open(tables / "claims.csv") as f:
         card = list(csv.DictReader(f))
     with open(tables / "claims_seeds.csv") as f:
@@ -120,7 +121,7 @@ def test_the_scorecard_reads_the_openrlhf_engines_files(rehearsal):
     by_metric = {r["metric"]: r for r in seeds}
     assert 0 < float(by_metric["s_hete"]["a_value"]) < 10 and float(by_metric["wall_time"]["b_value"]) > 0
     assert 0 <= float(by_metric["val_last_third"]["a_value"]) <= 1
-    assert (d / "results" / "figures" / "claims.png").stat().st_size > 10_000
+    assert (d / "figures" / "claims.png").stat().st_size > 10_000
 
 
 def test_joint_runs_write_the_run_loops_curves(rehearsal):
@@ -136,12 +137,12 @@ def test_joint_runs_write_the_run_loops_curves(rehearsal):
     joint = [r for r in pipe.runs if r.kind == "joint"]
     assert joint
     for run in joint:
-        assert_events_match_logs(d / run.dir)
-        assert_wandb_matches_logs(d / run.dir)
-        assert not (d / run.dir / "openrlhf" / "tensorboard").exists()  # one event directory per run
+        assert_events_match_logs(Path(run.dir))
+        assert_wandb_matches_logs(Path(run.dir))
+        assert not (Path(run.dir) / "openrlhf" / "tensorboard").exists()  # one event directory per run
     for run in (r for r in pipe.runs if r.kind == "single"):
         steps = pipe.train_settings(run)["steps"]
-        assert list((d / run.dir / "openrlhf" / "tensorboard").rglob("events.out.tfevents.*")), run.dir
-        history = read_wandb_history(d / run.dir)  # OpenRLHF's WandbLogger: train/* against its global step
+        assert list((Path(run.dir) / "openrlhf" / "tensorboard").rglob("events.out.tfevents.*")), run.dir
+        history = read_wandb_history(Path(run.dir))  # OpenRLHF's WandbLogger: train/* against its global step
         assert set(range(1, steps + 1)) <= {int(v) for _, v in history["train/global_step"]}, run.dir
         assert len(history["train/rollout/reward_mean"]) >= steps, run.dir

@@ -1,10 +1,23 @@
 # Config validation, wildcard constraints and the thin input/params functions over hacpo.pipeline.
 from hacpo.pipeline import Pipeline, Unrecorded, as_json
-from hacpo.pipeline.hooks import put_interpreter_on_path, start_worker, stop_worker
+from hacpo.pipeline.hooks import (
+    check_results_owner,
+    put_interpreter_on_path,
+    record_results_owner,
+    start_worker,
+    stop_worker,
+)
 from hacpo.pipeline.targets import TARGET_PATTERN
 
-PIPE = Pipeline(config, base_dir=workflow.basedir)
-put_interpreter_on_path()  # validates the whole config (key-path errors) before any job runs
+# Validates the whole config (key-path errors) before any job runs.
+PIPE = Pipeline(config, base_dir=workflow.basedir, config_files=workflow.configfiles)
+put_interpreter_on_path()
+# Each config writes only under its own folder: results/<config name>, or its `results_dir:` (issue 43).
+check_results_owner(PIPE)
+
+
+pathvars:
+    results=PIPE.results,
 
 
 wildcard_constraints:
@@ -115,7 +128,8 @@ onstart:
     PIPE.cfg.logging.check_environment()  # W&B's package and key, before the first job
     PIPE.check_model_sources()  # imported models' packages and the GGUF reader
     PIPE.check_own_datasets()  # `local:` files: present, every record mapped, ids unique
-    start_worker(workflow.local_exec)
+    record_results_owner(PIPE)
+    start_worker(workflow.local_exec, log=f"{PIPE.results}/logs/worker.log")
 
 
 onsuccess:

@@ -1,15 +1,16 @@
-# Data: synthetic problems, registry datasets or files of your own → results/data/<dataset>.jsonl (+ manifest);
-# imported pretrained models (results/models/<model>, cached per machine); tiny agents.
+# Data: synthetic problems, registry datasets or files of your own → <results>/data/<dataset>.jsonl (+ manifest);
+# imported pretrained models (<results>/models/<model>, cached per machine); tiny agents. <results> is the
+# config's own folder (results/<config name>; common.smk).
 
 
 rule prepare_data:
     input:
         dataset_inputs,
     output:
-        data="results/data/{dataset}.jsonl",
-        manifest="results/data/{dataset}.manifest.json",
+        data="<results>/data/{dataset}.jsonl",
+        manifest="<results>/data/{dataset}.manifest.json",
     log:
-        "results/logs/data/{dataset}.log",
+        "<results>/logs/data/{dataset}.log",
     localrule: True  # downloads happen on the submit host (cluster nodes are often offline)
     conda:
         "../../envs/hacpo-cpu.yaml"
@@ -24,9 +25,9 @@ rule data_manifest:
     input:
         [f.replace(".jsonl", ".manifest.json") for f in PIPE.data_manifest_inputs()],
     output:
-        report("results/data/manifest.json", category="Data", caption="../report/manifest.rst"),
+        report("<results>/data/manifest.json", category="Data", caption="../report/manifest.rst"),
     log:
-        "results/logs/data/manifest.log",
+        "<results>/logs/data/manifest.log",
     localrule: True
     conda:
         "../../envs/hacpo-cpu.yaml"
@@ -36,17 +37,18 @@ rule data_manifest:
 
 rule import_model:
     output:
-        "results/models/{model}/hacpo-model.json",
+        "<results>/models/{model}/hacpo-model.json",
     log:
-        "results/logs/models/{model}.log",
+        "<results>/logs/models/{model}.log",
     benchmark:
-        "results/benchmarks/models/{model}.tsv"
+        "<results>/benchmarks/models/{model}.tsv"
     conda:
         "../../envs/hacpo-cpu.yaml"
     params:
         spec=import_spec,
+        out=subpath(output[0], parent=True),
     shell:
-        "hacpo import-model --spec {params.spec:q} --out results/models/{wildcards.model} > {log} 2>&1"
+        "hacpo import-model --spec {params.spec:q} --out {params.out} > {log} 2>&1"
 
 
 rule build_agent:
@@ -54,15 +56,16 @@ rule build_agent:
         train=PIPE.dataset_file(PIPE.cfg.sft.train) if PIPE.cfg.sft else [],
         dev=PIPE.dataset_file(PIPE.cfg.sft.dev) if PIPE.cfg.sft else [],
     output:
-        "results/agents/{model}/agent.json",
+        "<results>/agents/{model}/agent.json",
     log:
-        "results/logs/agents/{model}.log",
+        "<results>/logs/agents/{model}.log",
     benchmark:
-        "results/benchmarks/agents/{model}.tsv"
+        "<results>/benchmarks/agents/{model}.tsv"
     conda:
         "../../envs/hacpo-cpu.yaml"
     params:
         spec=agent_spec,
+        out=subpath(output[0], parent=True),
     shell:
         "hacpo build-agent --spec {params.spec:q} --train {input.train} --dev {input.dev}"
-        " --out results/agents/{wildcards.model} > {log} 2>&1"
+        " --out {params.out} > {log} 2>&1"

@@ -6,11 +6,11 @@ rule evaluate:
     input:
         eval_inputs,
     output:
-        "results/eval/{setting}/{target}/summary.json",
+        "<results>/eval/{setting}/{target}/summary.json",
     log:
-        "results/logs/eval/{setting}/{target}.log",
+        "<results>/logs/eval/{setting}/{target}.log",
     benchmark:
-        "results/benchmarks/eval/{setting}/{target}.tsv"
+        "<results>/benchmarks/eval/{setting}/{target}.tsv"
     conda:
         PIPE.conda_env
     resources:
@@ -20,23 +20,25 @@ rule evaluate:
         settings=eval_settings,  # what the job computes: a change reruns it
         runtime=eval_runtime,  # scorer workers, batch budget, vLLM options: never a rerun
         engine=PIPE.eval_engine,
+        out=subpath(output[0], parent=True),
     shell:
         "hacpo eval --source {params.source:q} --settings {params.settings:q} --runtime {params.runtime:q}"
-        " --engine {params.engine} --out results/eval/{wildcards.setting}/{wildcards.target} > {log} 2>&1"
+        " --engine {params.engine} --out {params.out} > {log} 2>&1"
 
 
 # On demand (not part of `all`): score saved responses again, e.g. after a gold-answer fix, without generating:
-#   snakemake results/eval/len8k/base/qwen3_4b_base/math500.rescored.json
+#   snakemake --configfile config/paper.yaml results/paper/eval/len8k/base/qwen3_4b_base/math500.rescored.json
 rule rescore:
     input:
-        summary="results/eval/{setting}/{target}/summary.json",
+        summary="<results>/eval/{setting}/{target}/summary.json",
         benchmark=rescore_benchmark,
     output:
-        "results/eval/{setting}/{target}/{bench}.rescored.json",
+        "<results>/eval/{setting}/{target}/{bench}.rescored.json",
     log:
-        "results/logs/eval/{setting}/{target}/{bench}.rescore.log",
+        "<results>/logs/eval/{setting}/{target}/{bench}.rescore.log",
     conda:
         "../../envs/hacpo-cpu.yaml"
+    params:
+        samples=subpath(output[0], strip_suffix=".rescored.json", with_suffix=".samples.jsonl"),
     shell:
-        "hacpo rescore --samples results/eval/{wildcards.setting}/{wildcards.target}/{wildcards.bench}.samples.jsonl"
-        " --benchmark {input.benchmark} --out {output} > {log} 2>&1"
+        "hacpo rescore --samples {params.samples} --benchmark {input.benchmark} --out {output} > {log} 2>&1"

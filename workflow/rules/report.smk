@@ -8,23 +8,24 @@ rule table:
         table_inputs,
     output:
         csv=report(
-            "results/tables/{table}.csv",
+            "<results>/tables/{table}.csv",
             category="Tables",
             labels={"table": "{table}", "format": "csv"},
         ),
-        md="results/tables/{table}.md",
-        tex="results/tables/{table}.tex",
+        md="<results>/tables/{table}.md",
+        tex="<results>/tables/{table}.tex",
     log:
-        main="results/logs/tables/{table}.log",
-        spec="results/logs/tables/{table}.spec.json",
+        main="<results>/logs/tables/{table}.log",
+        spec="<results>/logs/tables/{table}.spec.json",
     localrule: True
     conda:
         "../../envs/hacpo-cpu.yaml"
     params:
         spec=table_spec,
+        prefix=subpath(output.md, strip_suffix=".md"),
     shell:
         "printf %s {params.spec:q} > {log.spec}"
-        " && hacpo report table --spec @{log.spec} --out-prefix results/tables/{wildcards.table} > {log.main} 2>&1"
+        " && hacpo report table --spec @{log.spec} --out-prefix {params.prefix} > {log.main} 2>&1"
 
 
 # The scorecard of the paper's claims (paired seeds, intervals, a verdict per claim; docs/statistics.md).
@@ -33,32 +34,34 @@ rule scorecard:
         claims_inputs,
     output:
         csv=report(
-            "results/tables/{claims}.csv",
+            "<results>/tables/{claims}.csv",
             category="Claims",
             labels={"table": "{claims}", "format": "csv"},
         ),
-        md="results/tables/{claims}.md",
-        tex="results/tables/{claims}.tex",
-        seeds="results/tables/{claims}_seeds.csv",
-        rst="results/tables/{claims}.rst",
+        md="<results>/tables/{claims}.md",
+        tex="<results>/tables/{claims}.tex",
+        seeds="<results>/tables/{claims}_seeds.csv",
+        rst="<results>/tables/{claims}.rst",
         png=report(
-            "results/figures/{claims}.png",
+            "<results>/figures/{claims}.png",
             category="Claims",
             caption="../report/claims.rst",
             labels={"table": "{claims}", "format": "forest plot"},
         ),
     log:
-        main="results/logs/tables/{claims}.log",
-        spec="results/logs/tables/{claims}.spec.json",
+        main="<results>/logs/tables/{claims}.log",
+        spec="<results>/logs/tables/{claims}.spec.json",
     localrule: True
     conda:
         "../../envs/hacpo-cpu.yaml"
     params:
         spec=claims_spec,
+        prefix=subpath(output.md, strip_suffix=".md"),
+        figure=subpath(output.png, strip_suffix=".png"),
     shell:
         "printf %s {params.spec:q} > {log.spec}"
-        " && hacpo report table --spec @{log.spec} --out-prefix results/tables/{wildcards.claims}"
-        " --figure-prefix results/figures/{wildcards.claims} > {log.main} 2>&1"
+        " && hacpo report table --spec @{log.spec} --out-prefix {params.prefix}"
+        " --figure-prefix {params.figure} > {log.main} 2>&1"
 
 
 rule figure:
@@ -66,22 +69,23 @@ rule figure:
         figure_inputs,
     output:
         png=report(
-            "results/figures/{figure}.png",
+            "<results>/figures/{figure}.png",
             category="Figures",
             labels={"figure": "{figure}"},
         ),
-        csv="results/figures/{figure}.csv",
+        csv="<results>/figures/{figure}.csv",
     log:
-        main="results/logs/figures/{figure}.log",
-        spec="results/logs/figures/{figure}.spec.json",
+        main="<results>/logs/figures/{figure}.log",
+        spec="<results>/logs/figures/{figure}.spec.json",
     localrule: True
     conda:
         "../../envs/hacpo-cpu.yaml"
     params:
         spec=figure_spec,
+        prefix=subpath(output.png, strip_suffix=".png"),
     shell:
         "printf %s {params.spec:q} > {log.spec}"
-        " && hacpo report figure --spec @{log.spec} --out-prefix results/figures/{wildcards.figure}"
+        " && hacpo report figure --spec @{log.spec} --out-prefix {params.prefix}"
         " > {log.main} 2>&1"
 
 
@@ -101,9 +105,9 @@ rule collect_profiles:
         done=[r.done for r in PIPE.runs],
         benchmarks=[r.benchmark for r in PIPE.runs],
     output:
-        report("results/profiles.csv", category="Profiling", caption="../report/profiles.rst"),
+        report("<results>/profiles.csv", category="Profiling", caption="../report/profiles.rst"),
     log:
-        "results/logs/profiles.log",
+        "<results>/logs/profiles.log",
     localrule: True
     conda:
         "../../envs/hacpo-cpu.yaml"

@@ -8,11 +8,11 @@ rule train:
     input:
         train_inputs,
     output:
-        "results/runs/{kind}/{group}/{method}/seed{seed}/done.json",
+        "<results>/runs/{kind}/{group}/{method}/seed{seed}/done.json",
     log:
-        "results/logs/train/{kind}/{group}/{method}/seed{seed}.log",
+        "<results>/logs/train/{kind}/{group}/{method}/seed{seed}.log",
     benchmark:
-        "results/benchmarks/train/{kind}/{group}/{method}/seed{seed}.tsv"
+        "<results>/benchmarks/train/{kind}/{group}/{method}/seed{seed}.tsv"
     conda:
         PIPE.conda_env
     threads: train_threads  # the run's torch threads: Snakemake's -c counts them

@@ -7,8 +7,8 @@ The jsonl logs stay the record (tables and figures read them); the event files a
 - each metrics row's numeric fields under their ``runio`` names (``small/reward``, ``small/s_hete_mean``,
   ``time/step_s``, …) at the row's step, and each validation row's accuracy as ``val/<agent>/acc`` at its
   step: the same tags on every engine;
-- one event directory per run, ``<run>/tensorboard``, so ``tensorboard --logdir results/runs`` shows every
-  run of a workflow side by side, named by its path (kind, pair or model, method, seed);
+- one event directory per run, ``<run>/tensorboard``, so ``tensorboard --logdir results/<config>/runs`` shows
+  every run of a workflow side by side, named by its path (kind, pair or model, method, seed);
 - a resumed run's logs are cut back to its checkpoint; the view is then rebuilt from what they keep (the
   directory replaced, every kept row written again), so the event files hold each step exactly once whatever
   a kill left behind.

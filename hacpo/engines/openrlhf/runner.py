@@ -29,7 +29,9 @@ from hacpo.runio import (
     RunRecord,
     atomic_write_json,
     atomic_write_text,
+    newest_intact_step,
     run_lock,
+    set_aside,
     sweep_temporaries,
     versions,
 )
@@ -197,6 +199,28 @@ def resumable_joint_step(layout: Layout) -> int:
     return int(json.loads(layout.joint_state.read_text())["step"])
 
 
+def intact_joint_step(cfg: TrainConfig, layout: Layout, say=print) -> int:
+    """A joint run's resume step, checked (issue 43): the newest checkpointed step whose DeepSpeed folders
+    (``_actor/global_step<N>``) are intact for every agent against their manifests. A broken one is moved to
+    the agent's ``ckpt/broken-global_step<N>`` (out of OpenRLHF's rotation), named with why; the controller
+    state then falls back to that step, with the capability window it had there, and the steps to be trained
+    again are logged. No intact checkpoint among written ones: a ValueError, nothing moved."""
+    from .joint.state import read_state, write_state
+
+    state = read_state(layout.joint_state)
+    saved = {int(k): v for k, v in state["saved"].items() if int(k) <= state["step"]}
+    actors = [layout.agent(a.name).ckpt / "_actor" for a in cfg.agents]
+    folders = lambda step: [d / f"global_step{step}" for d in actors]  # noqa: E731
+    kept = [s for s in saved if any(f.exists() for f in folders(s))]  # older ones: OpenRLHF's rotation
+    step = newest_intact_step(cfg.out_dir, kept, folders, say, legacy="mp_rank_00_model_states.pt",
+                              aside=lambda f: set_aside(f, f.parent.parent))  # fmt: skip
+    if step != state["step"]:
+        redo = f"steps {step + 1}–{state['step']} will be trained again"
+        say(f"hacpo: resuming {cfg.out_dir} from step {step}: {redo}")
+        write_state(layout.joint_state, step, saved.get(step), {str(s): saved[s] for s in saved if s <= step})
+    return step
+
+
 def collect_checkpoints(cfg: TrainConfig, layout: Layout, *, final: bool) -> dict[int, Path]:
     """Move OpenRLHF's ``global_step<N>_hf`` copies (and, at the end, ``save_model``'s) to
     ``checkpoints/<agent>/step-N`` for every agent; drop torn ones and ones past the resumable step; keep
@@ -354,6 +378,7 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         write_inputs(cfg, layout)
         if joint:
             write_joint_spec(cfg, opts, layout)
+            intact_joint_step(cfg, layout, say=lambda msg: print(msg, flush=True))  # before any Ray actor
         collect_checkpoints(cfg, layout, final=False)
         start = resumable(layout)
         _record(cfg, "running", start, argv).write(cfg.out_dir)

@@ -17,7 +17,6 @@ The step and the run loop are the engine-independent ones (:func:`hacpo.engines.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,9 +33,10 @@ from hacpo.data.synthetic import Problem, as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.phases import Phases
-from hacpo.runio import Metric, atomic_write_json
+from hacpo.runio import Metric
 
 from . import rows as R
+from .state import read_state, write_state
 
 
 class AgentStack(Protocol):
@@ -243,7 +243,7 @@ class JointLoop:
         def save_checkpoint(done: int) -> None:
             for stack in self.stacks:
                 stack.save_checkpoint(done)
-            write_state(self.state_file, done, self.step.tracker)  # last: the step is now resumable
+            write_state(self.state_file, done, self.step.tracker.state_dict())  # last: the step is resumable
 
         self.loop.run(self.start(), train_step, self.validate, save_checkpoint, on_row=self.on_row)
         for stack in self.stacks:
@@ -260,14 +260,3 @@ class JointLoop:
             accs.append(sum(rewards) / len(rewards))
         return accs
 
-
-def read_state(path: Path) -> dict:
-    """The controller's state file, or step 0 when there is none yet."""
-    path = Path(path)
-    if not path.is_file():
-        return {"step": 0, "tracker": None}
-    return json.loads(path.read_text())
-
-
-def write_state(path: Path, step: int, tracker: CapabilityTracker) -> None:
-    atomic_write_json(path, {"step": step, "tracker": tracker.state_dict()})

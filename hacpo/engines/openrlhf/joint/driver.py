@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import runpy
-import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -28,7 +27,8 @@ from openrlhf.trainer.ppo_trainer import BasePPOTrainer
 from hacpo.config import TrainConfig
 
 from ..command import Layout, gpu_fraction
-from .controller import JointLoop, read_state
+from .controller import JointLoop
+from .state import pin_resume_step, read_state
 
 
 class _Parsed(Exception):
@@ -58,23 +58,6 @@ def parse_args(argv: list[str]):
     finally:
         openrlhf.utils.get_strategy, sys.argv, ray.is_initialized = saved
     raise RuntimeError("openrlhf.cli.train_ppo_ray returned without reaching get_strategy")
-
-
-def pin_resume_step(ckpt_dirs: list[Path], step: int) -> None:
-    """Make every agent load the DeepSpeed states of the controller's ``step`` (``_actor/latest``): an
-    agent that saved a newer step before a kill is rolled back to it; with no step yet, leftovers go."""
-    for ckpt in ckpt_dirs:
-        actor = Path(ckpt) / "_actor"
-        if step == 0:
-            shutil.rmtree(actor, ignore_errors=True)
-            continue
-        tag = f"global_step{step}"
-        if not (actor / tag).is_dir():
-            raise RuntimeError(
-                f"{actor} lacks the DeepSpeed checkpoint {tag} of the controller's step {step}: raise "
-                "keep_checkpoints, or delete the run directory to start over"
-            )
-        (actor / "latest").write_text(tag)
 
 
 def build(spec: dict):

@@ -21,6 +21,7 @@ classes with this agent's own arguments (model, lengths, lr: ``args`` parsed fro
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import ray
 from openrlhf.trainer.ppo_utils.experience import (
@@ -203,8 +204,13 @@ class OpenRLHFStack:
                 batch_vllm_engine_call(self.vllm_engines, name, **kwargs)
 
     def save_checkpoint(self, step: int) -> None:
-        """DeepSpeed states (resume) and a Hugging Face copy (``global_step<N>_hf``) of this agent."""
-        ray.get(self.actor_group.async_run_method(method_name="save_checkpoint", tag=f"global_step{step}"))
+        """DeepSpeed states (resume) and a Hugging Face copy (``global_step<N>_hf``) of this agent; then what
+        the DeepSpeed folder holds (:func:`hacpo.runio.write_checkpoint_manifest`: checked on resume)."""
+        from hacpo.runio import write_checkpoint_manifest
+
+        tag = f"global_step{step}"
+        ray.get(self.actor_group.async_run_method(method_name="save_checkpoint", tag=tag))
+        write_checkpoint_manifest(Path(self.args.ckpt.path) / "_actor" / tag)  # every rank has written
 
     def save_model(self) -> None:
         ray.get(self.actor_group.async_save_model())
