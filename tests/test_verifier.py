@@ -389,6 +389,48 @@ def test_on_openrlhf_a_verifier_failing_the_first_batch_stops_the_engine_and_say
             module._scorer.close()
 
 
+def test_on_openrlhf_concurrent_calls_with_a_hanging_verifier_cost_about_two_deadlines(monkeypatch):
+    """Issue 43 on OpenRLHF: its executor calls the reward file once per sample, many at a time. Before, each
+    call waited its turn behind the scorer's lock, so the 6 samples of a hanging prompt took 6 deadlines in
+    turn. Now the calls in flight are scored as one batch: the batch's deadline, then its items retried in
+    parallel (8 retry workers: 6 hanging items leave two for the others): about two deadlines. Every
+    sample's extra logs carry its share of the batch's counts, which sum to the 6 timed-out and failed
+    items; the other samples are scored as usual."""
+    import json
+    import threading
+    import time
+
+    timeout = 4.0  # well above the retry workers' start (the budget counts it)
+    monkeypatch.setenv("HACPO_REWARD", json.dumps({"file": str(FIXTURE), "name": "hangs_on_hang"}))
+    monkeypatch.setenv("HACPO_REWARD_TIMEOUT_S", str(timeout))
+    module = _reward_file_module()
+    module._get_scorer().wait_ready()
+    texts = [f"hang {i}" for i in range(6)] + [str(i % 2 + 2) for i in range(26)]  # gold "3": 13 right
+    out: dict[int, dict] = {}
+
+    def call(i: int) -> None:
+        out[i] = module.reward_func([f"q answer: {texts[i]}"], ["q"], ["3"])
+
+    try:
+        t0 = time.monotonic()
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(texts))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        wall = time.monotonic() - t0
+        assert len(out) == len(texts)
+        assert wall < 4 * timeout, wall  # serially behind the lock: 6 × 4 s = 24 s at least
+        rewards = [float(out[i]["rewards"][0]) for i in range(len(texts))]
+        assert rewards == [0.0] * 6 + [1.0 if t == "3" else 0.0 for t in texts[6:]]
+        total = {k: sum(float(o["extra_logs"][f"verifier_{k}"][0]) for o in out.values())
+                 for k in ("timed_out", "failed", "shared")}  # fmt: skip
+        assert total["timed_out"] == pytest.approx(6) and total["failed"] == pytest.approx(6)
+        assert total["shared"] == pytest.approx(24)  # "2" and "3", 13 copies each, scored once each
+    finally:
+        module._scorer.close()
+
+
 def test_the_openrlhf_runner_stops_a_job_whose_engine_wrote_the_verifier_stop(tmp_path):
     """launch_subprocess: the stop file appears, the job (its whole process group) is stopped within
     seconds and the error is raised; without a stop file the job runs to its end."""

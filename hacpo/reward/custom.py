@@ -325,8 +325,9 @@ class VerifierRunner:
         self.counts["retried"] += len(retry)
         if self.budget_left <= 0:
             return values, {i: "the step's retry budget was spent" for i in retry}
-        if self._retry_pool is None:
+        if self._retry_pool is None:  # its start (once a run) is not retry time: the budget starts after it
             self._retry_pool = Pool(self.retry_workers, self.timeout_s, self.timeout_s, job=self.job)
+            self._retry_pool.wait_ready(60.0)
         singles = [([responses[i]], [answers[i]], [metadata[i]]) for i in retry]
         t0 = time.monotonic()
         results = self._retry_pool.run(singles, budget_s=self.budget_left)

@@ -16,6 +16,13 @@ Three promises, each tested against OpenRLHF's own loader and executor:
   processes (``HACPO_REWARD_WORKERS``, default 2 per rollout actor) that are killed after ``timeout_s``;
 - **total**: OpenRLHF swallows a raising reward function and fails much later in unrelated code, so every
   failure scores 0 and is counted in ``extra_logs["reward_error"]``;
+- **concurrent calls scored together** (issue 43): a call waits a few milliseconds for the other samples in
+  flight and an engine's calls are scored as one batch (:class:`_Batcher`), so a verifier of your own runs as
+  on the local engine: identical items once, a failed batch's items retried in parallel, a retry budget per
+  rollout phase (``HACPO_REWARD_STEP_GAP_S`` without calls starts a new one), instead of one sample at a time
+  behind a lock, where every item of a hanging prompt waited out its own deadline in turn. Each sample's
+  ``extra_logs`` carry its share of its batch's verifier counts (``verifier_<count>``), which the joint
+  driver sums into the step's ``verifier/<count>`` metrics;
 - **a verifier that cannot work stops the run before any update**: OpenRLHF calls the reward once per
   sample, so a verifier of your own failing on every item of the first batch shows here as the first
   ``HACPO_VERIFIER_FIRST_BATCH`` calls of this engine all failing with no success before them
@@ -36,6 +43,7 @@ import logging
 import os
 import re
 import threading
+import time
 
 import torch
 
@@ -60,6 +68,72 @@ def _get_scorer():
                 reward = json.loads(reward)
             _scorer = Scorer(workers=max(1, workers), timeout_s=timeout and float(timeout), reward=reward)
         return _scorer
+
+
+class _Batcher:
+    """One engine's reward calls (OpenRLHF's worker threads, a sample each) scored in batches by one thread:
+    a batch gathers the calls that arrive until ``quiet_s`` passes without one (``max_wait_s`` at most), then
+    goes to the scorer at once. A batch that starts ``step_gap_s`` after the last one ended opens a new
+    rollout phase: the scorer's retry budget is whole again (:meth:`hacpo.reward.Scorer.new_step`)."""
+
+    def __init__(self, scorer, quiet_s: float = 0.05, max_wait_s: float = 1.0, step_gap_s: float = 5.0):
+        self.scorer, self.quiet_s, self.max_wait_s, self.step_gap_s = scorer, quiet_s, max_wait_s, step_gap_s
+        self._pending: list[tuple[list, dict, threading.Event]] = []
+        self._cond = threading.Condition()
+        self._last_end = -float("inf")
+        threading.Thread(target=self._loop, name="hacpo-reward-batcher", daemon=True).start()
+
+    def score(self, responses, answers, metadata, ids) -> tuple[list[float], dict[str, float]]:
+        """This call's rewards and its share of the batch's verifier counts; raises what the batch raised."""
+        slot, done = {}, threading.Event()
+        with self._cond:
+            self._pending.append(([responses, answers, metadata, ids], slot, done))
+            self._cond.notify()
+        done.wait()
+        if "error" in slot:
+            raise slot["error"]
+        return slot["rewards"], slot["counts"]
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending:
+                    self._cond.wait()
+                t0, seen = time.monotonic(), -1
+                while len(self._pending) != seen and time.monotonic() - t0 < self.max_wait_s:
+                    seen = len(self._pending)  # the other samples in flight join this batch
+                    self._cond.wait(self.quiet_s)
+                batch, self._pending = self._pending, []
+            if time.monotonic() - self._last_end >= self.step_gap_s:
+                self.scorer.new_step()
+            columns = [[x for call, _, _ in batch for x in call[c]] for c in range(4)]
+            try:
+                rewards = self.scorer.score(*columns)
+                counts = self.scorer.take_verifier_counts()
+                share = {k.replace("/", "_"): v / len(rewards) for k, v in counts.items()}
+                at = 0
+                for call, slot, _ in batch:
+                    n = len(call[0])
+                    slot.update(rewards=rewards[at : at + n], counts={k: v * n for k, v in share.items()})
+                    at += n
+            except BaseException as err:  # noqa: BLE001 -- each call raises it (reward_func scores 0)
+                for _, slot, _ in batch:
+                    slot["error"] = err
+            self._last_end = time.monotonic()
+            for _, _, done in batch:
+                done.set()
+
+
+_batcher: _Batcher | None = None
+
+
+def _get_batcher() -> _Batcher:
+    global _batcher
+    scorer = _get_scorer()
+    with _scorer_lock:
+        if _batcher is None:
+            _batcher = _Batcher(scorer, step_gap_s=float(os.environ.get("HACPO_REWARD_STEP_GAP_S", "5")))
+        return _batcher
 
 
 def response_of(query: str, prompt: str) -> str:
@@ -123,13 +197,13 @@ def reward_func(queries, prompts, labels) -> dict:
     """0/1 reward per query; never raises."""
     n = len(queries) if isinstance(queries, (list, tuple)) else 0
     rewards = [0.0] * n
-    error, failure = 0.0, None
+    error, failure, counts = 0.0, None, {}
     try:
         responses = [response_of(str(q), str(p)) for q, p in zip(queries, prompts, strict=True)]
         from hacpo.reward.custom import decode_label
 
         decoded = [decode_label(str(x)) for x in labels]  # a verifier's labels carry metadata and id
-        rewards = _get_scorer().score(responses, *([d[i] for d in decoded] for i in range(3)))
+        rewards, counts = _get_batcher().score(responses, *([d[i] for d in decoded] for i in range(3)))
     except BaseException as err:  # noqa: BLE001 -- a raise here would be swallowed by OpenRLHF, then fail later
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
@@ -141,8 +215,9 @@ def reward_func(queries, prompts, labels) -> dict:
     except Exception:  # noqa: BLE001 -- the record must never cost a reward
         logger.warning("hacpo reward_func could not append to HACPO_ROLLOUT_LOG", exc_info=True)
     values = torch.tensor(rewards, dtype=torch.float32)
+    extra = {"reward_error": error, **counts}  # counts: this sample's share of its batch's verifier counts
     return {
         "rewards": values,
         "scores": values.clone(),
-        "extra_logs": {"reward_error": torch.tensor([error])},
+        "extra_logs": {k: torch.tensor([float(v)]) for k, v in extra.items()},
     }

@@ -33,6 +33,7 @@ from hacpo.data.synthetic import Problem, as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.phases import Phases
+from hacpo.reward.custom import VERIFIER_COUNTS
 from hacpo.runio import Metric
 
 from . import rows as R
@@ -143,6 +144,10 @@ class JointStep:
             rows = stack.generate(texts, labels, g, seed=seed)
         rewards = torch.stack([r.rewards.reshape(()).float() for r in rows])
         tokens = torch.tensor([float(r.action_mask.sum()) for r in rows])
+        for key in VERIFIER_COUNTS:  # a verifier of your own: each row carries its share of its batch's count
+            if rows and f"verifier_{key}" in rows[0].info:
+                got = sum(float(r.info[f"verifier_{key}"].reshape(-1)[0]) for r in rows)
+                self.extras[f"verifier/{key}"] = self.extras.get(f"verifier/{key}", 0.0) + got
         return AgentRollouts(rewards, tokens, (rows, assign_prompt_ids(rows, texts, g)))
 
     def before_updates(self, rolls: list[AgentRollouts]) -> None:
@@ -166,8 +171,9 @@ class JointStep:
             stack.sync()
 
     def step_extras(self) -> dict[str, float]:
-        """Each agent's vLLM-vs-actor log-prob gap on its rollouts (:func:`.rows.engine_gap`); memory is the
-        job's MemorySampler's (profile.json)."""
+        """Each agent's vLLM-vs-actor log-prob gap on its rollouts (:func:`.rows.engine_gap`) and a verifier's
+        counts (``verifier/<count>``: the agents' rollouts summed, from the reward file); memory is the job's
+        MemorySampler's (profile.json)."""
         extras, self.extras = self.extras, {}
         return extras
 
