@@ -263,15 +263,27 @@ def hangs_on_one_prompt_in_ten(responses, answers, metadata):
 """
 
 
-def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: float | None) -> None:
+def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: float | None,
+                           engine: str = "local", reward_file: str | None = None) -> None:  # fmt: skip
     """Issue 43: a toy HACPO run (2 agents, 8 prompts × G 8) with a verifier of your own that hangs on one
-    prompt in ten, against the same run with it well behaved; seconds per step and the verifier's counts."""
+    prompt in ten, against the same run with it well behaved; seconds per step and the verifier's counts.
+    ``engine="openrlhf"``: the joint run on the real stack (CPU rehearsal settings; agents vLLM serves, e.g.
+    .cache/test-agents/rehearsal-{llama,qwen}); ``reward_file``: another reward file for OpenRLHF's engines
+    (an older version, for a before/after)."""
     import json
     import tempfile
     from pathlib import Path
 
     from hacpo.config import load_train_config
     from hacpo.engines.local.trainer import LocalTrainer
+
+    if engine == "openrlhf":
+        from hacpo.engines.openrlhf import command
+        from hacpo.engines.openrlhf.runner import train as openrlhf_train
+        from hacpo.runio import read_jsonl
+
+        if reward_file:
+            command.reward_file = lambda: Path(reward_file).resolve()
 
     with tempfile.TemporaryDirectory() as tmp:
         verify = Path(tmp) / "verify.py"
@@ -284,9 +296,20 @@ def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: 
                 "val_every": 0, "val_size": 0, "checkpoint_every": 0, "seed": 0,
                 "reward": {"file": str(verify), "name": name}, "reward_timeout_s": timeout_s,
             })  # fmt: skip
-            trainer = LocalTrainer(cfg)
-            rows = [trainer.train_step(s).row for s in range(steps)]
-            trainer.scorer.close()
+            if engine == "openrlhf":
+                cfg = cfg.model_copy(update={"openrlhf": command.OpenRLHFOptions(
+                    cpu=True, gpus_per_node=1, max_prompt_tokens=64, micro_train_batch_size=4,
+                    gradient_checkpointing=False, vllm_gpu_memory_utilization=0.1)})  # fmt: skip
+                cfg = load_train_config(cfg.model_dump())
+                openrlhf_train(cfg, cfg.openrlhf)
+                rows = read_jsonl(Path(cfg.out_dir) / "metrics.jsonl")
+                for r in rows:
+                    r.setdefault("time/score_s", r.get("verifier/seconds", 0.0))
+                    r.setdefault("verifier_failed", sum(x.get("verifier/failed", 0) for x in rows))
+            else:
+                trainer = LocalTrainer(cfg)
+                rows = [trainer.train_step(s).row for s in range(steps)]
+                trainer.scorer.close()
             step_s = [r["time/step_s"] for r in rows]
             kinds = ("retried", "timed_out", "shared")
             counts = {k: sum(r.get(f"verifier/{k}", 0) for r in rows) for k in kinds}
@@ -303,6 +326,9 @@ def main() -> None:
     ap.add_argument("--hang-data", default=".cache/test-agents/data-add2-s0", help="its train.jsonl's folder")
     ap.add_argument("--hang-steps", type=int, default=3)
     ap.add_argument("--hang-timeout", type=float, default=None, help="the verifier's deadline (default 30 s)")
+    ap.add_argument("--hang-engine", choices=["local", "openrlhf"], default="local",
+                    help="openrlhf: the joint run on the real stack (.venv-rehearsal)")  # fmt: skip
+    ap.add_argument("--hang-reward-file", default=None, help="openrlhf: another reward file (a before/after)")
     ap.add_argument("--batches", type=int, default=8, help="batches of 512 responses per workload")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--seed", type=int, default=0)
@@ -313,7 +339,8 @@ def main() -> None:
 
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     if args.hanging_verifier:
-        bench_hanging_verifier(args.hanging_verifier, args.hang_data, args.hang_steps, args.hang_timeout)
+        bench_hanging_verifier(args.hanging_verifier, args.hang_data, args.hang_steps, args.hang_timeout,
+                               args.hang_engine, args.hang_reward_file)  # fmt: skip
         return
     golds = real_golds(args.data_dir) if os.path.isdir(args.data_dir) else None
     if golds is None:

@@ -281,6 +281,9 @@ class VerifierRunner:
         values, errors = self._score_unique(firsts, responses, answers, metadata, ids)
         self.counts["shared"] += n - len(firsts)
         failed = [i for i in range(n) if of[i] in errors]
+        self.failed += len(failed)
+        self.counts["failed"] += len(failed)
+        self.counts["seconds"] += time.monotonic() - t0
         if self._first and len(failed) == n:
             example = next(iter(errors.values()))
             raise VerifierError(
@@ -291,9 +294,6 @@ class VerifierRunner:
         for i in failed:
             why = errors[of[i]]
             logger.warning("verifier %s failed on item %s, scored 0: %s", self.spec.target, ids[i], why)
-        self.failed += len(failed)
-        self.counts["failed"] += len(failed)
-        self.counts["seconds"] += time.monotonic() - t0
         return [0.0 if of[i] in errors else float(values[of[i]]) for i in range(n)]
 
     def _score_unique(self, items, responses, answers, metadata, ids) -> tuple[dict, dict]:

@@ -270,3 +270,32 @@ def test_a_verifier_failing_the_whole_first_batch_stops_openrlhfs_own_trainer_be
     assert RunRecord.read(tmp_path / "run").status == "failed"
     assert not list((tmp_path / "run" / "checkpoints").glob("*/step-*"))
     assert not any("RolloutRayActor" in " ".join(p.cmdline()) for p in psutil.Process().children(True))
+
+
+def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_two_deadlines(
+    vllm_agents, toy_data, tmp_path, monkeypatch
+):
+    """Issue 43 on the real stack: a verifier of your own hangs on every rollout of one prompt of a joint
+    step. OpenRLHF's executor calls the reward file once per sample in each vLLM engine; before, the calls
+    waited behind the scorer's lock, so that prompt's G samples took G deadlines in turn, per agent. Now
+    the samples in flight are scored as one batch (the batch's deadline, then its items retried in
+    parallel): the step completes, each hanging item is scored 0 and counted (``verifier/timed_out``,
+    ``verifier/failed``: both agents' G samples), and the verifier took about two deadlines per agent."""
+    from hacpo.engines.local.trainer import batch_for_step, read_problems
+    from hacpo.engines.openrlhf.runner import train
+    from hacpo.runio import read_jsonl
+
+    deadline, g = 8.0, 4
+    problems = read_problems(toy_data / "train.jsonl")
+    golds = [problems[i]["answer"] for i in batch_for_step(len(problems), 4, 0, 0)]
+    monkeypatch.setenv("HACPO_TEST_HANG_ANSWER", golds[0])  # the vLLM engines inherit the job's environment
+    verifier = {"file": str(ROOT / "tests" / "fixtures" / "verifiers.py"), "name": "hangs_on_one_prompt"}
+    cfg = toy_joint_config(vllm_agents, toy_data, tmp_path / "run", steps=1, val_every=0, seed=0,
+                           reward=verifier, reward_timeout_s=deadline)  # fmt: skip
+    record = train(cfg, cfg.openrlhf)
+    assert record.complete
+    (row,) = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    hanging = 2 * g * golds.count(golds[0])  # both agents' samples of that prompt
+    print({k: v for k, v in row.items() if k.startswith(("verifier/", "time/"))})
+    assert row["verifier/timed_out"] == pytest.approx(hanging) == row["verifier/failed"]
+    assert 2 * deadline <= row["verifier/seconds"] <= 2 * 3 * deadline  # before: 2 agents × G deadlines

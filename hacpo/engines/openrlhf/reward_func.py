@@ -66,7 +66,9 @@ def _get_scorer():
             reward = os.environ.get("HACPO_REWARD", "math_verify")  # the run's `reward` (the runner sets it)
             if reward.startswith("{"):  # a verifier of your own (hacpo.reward.custom), as JSON
                 reward = json.loads(reward)
-            _scorer = Scorer(workers=max(1, workers), timeout_s=timeout and float(timeout), reward=reward)
+            budget = os.environ.get("HACPO_REWARD_RETRY_BUDGET_S")  # unset: two deadlines
+            _scorer = Scorer(workers=max(1, workers), timeout_s=timeout and float(timeout), reward=reward,
+                             retry_budget_s=budget and float(budget))  # fmt: skip
         return _scorer
 
 
@@ -83,16 +85,15 @@ class _Batcher:
         self._last_end = -float("inf")
         threading.Thread(target=self._loop, name="hacpo-reward-batcher", daemon=True).start()
 
-    def score(self, responses, answers, metadata, ids) -> tuple[list[float], dict[str, float]]:
-        """This call's rewards and its share of the batch's verifier counts; raises what the batch raised."""
+    def score(self, responses, answers, metadata, ids) -> tuple[list | None, dict, BaseException | None]:
+        """This call's rewards, its share of the batch's verifier counts, and what the batch raised (then no
+        rewards)."""
         slot, done = {}, threading.Event()
         with self._cond:
             self._pending.append(([responses, answers, metadata, ids], slot, done))
             self._cond.notify()
         done.wait()
-        if "error" in slot:
-            raise slot["error"]
-        return slot["rewards"], slot["counts"]
+        return slot.get("rewards"), slot["counts"], slot.get("error")
 
     def _loop(self) -> None:
         while True:
@@ -107,18 +108,20 @@ class _Batcher:
             if time.monotonic() - self._last_end >= self.step_gap_s:
                 self.scorer.new_step()
             columns = [[x for call, _, _ in batch for x in call[c]] for c in range(4)]
+            rewards = error = None
             try:
                 rewards = self.scorer.score(*columns)
-                counts = self.scorer.take_verifier_counts()
-                share = {k.replace("/", "_"): v / len(rewards) for k, v in counts.items()}
-                at = 0
-                for call, slot, _ in batch:
-                    n = len(call[0])
-                    slot.update(rewards=rewards[at : at + n], counts={k: v * n for k, v in share.items()})
-                    at += n
-            except BaseException as err:  # noqa: BLE001 -- each call raises it (reward_func scores 0)
-                for _, slot, _ in batch:
-                    slot["error"] = err
+            except BaseException as err:  # noqa: BLE001 -- each call gets it (reward_func scores 0)
+                error = err
+            total = len(columns[0]) or 1
+            share = {k.replace("/", "_"): v / total for k, v in self.scorer.take_verifier_counts().items()}
+            at = 0
+            for call, slot, _ in batch:
+                n = len(call[0])
+                slot.update(counts={k: v * n for k, v in share.items()}, error=error)
+                if rewards is not None:
+                    slot["rewards"] = rewards[at : at + n]
+                at += n
             self._last_end = time.monotonic()
             for _, _, done in batch:
                 done.set()
@@ -203,7 +206,10 @@ def reward_func(queries, prompts, labels) -> dict:
         from hacpo.reward.custom import decode_label
 
         decoded = [decode_label(str(x)) for x in labels]  # a verifier's labels carry metadata and id
-        rewards, counts = _get_batcher().score(responses, *([d[i] for d in decoded] for i in range(3)))
+        scored, counts, failed = _get_batcher().score(responses, *([d[i] for d in decoded] for i in range(3)))
+        if failed is not None:
+            raise failed
+        rewards = scored
     except BaseException as err:  # noqa: BLE001 -- a raise here would be swallowed by OpenRLHF, then fail later
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise

@@ -93,10 +93,13 @@ def check_context(cfg: TrainConfig, opts: OpenRLHFOptions) -> None:
 
 def reward_env(cfg: TrainConfig) -> dict[str, str]:
     """The run's reward for the reward file (:mod:`.reward_func`) in every vLLM engine: a built-in's name, or
-    a verifier of your own as JSON (its file made absolute: the engines run elsewhere), and its deadline."""
+    a verifier of your own as JSON (its file made absolute: the engines run elsewhere), its deadline and its
+    retry budget per rollout phase."""
     env = {}
     if cfg.reward_timeout_s is not None:
         env["HACPO_REWARD_TIMEOUT_S"] = str(cfg.reward_timeout_s)
+    if cfg.reward_retry_budget_s is not None:
+        env["HACPO_REWARD_RETRY_BUDGET_S"] = str(cfg.reward_retry_budget_s)
     if isinstance(cfg.reward, str):
         return env | {"HACPO_REWARD": cfg.reward}
     entry = cfg.reward.model_dump(exclude_none=True)

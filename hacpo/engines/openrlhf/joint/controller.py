@@ -145,9 +145,10 @@ class JointStep:
         rewards = torch.stack([r.rewards.reshape(()).float() for r in rows])
         tokens = torch.tensor([float(r.action_mask.sum()) for r in rows])
         for key in VERIFIER_COUNTS:  # a verifier of your own: each row carries its share of its batch's count
-            if rows and f"verifier_{key}" in rows[0].info:
-                got = sum(float(r.info[f"verifier_{key}"].reshape(-1)[0]) for r in rows)
-                self.extras[f"verifier/{key}"] = self.extras.get(f"verifier/{key}", 0.0) + got
+            name = f"verifier_{key}"
+            got = [float(r.info[name].reshape(-1)[0]) for r in rows if name in r.info]
+            if got:
+                self.extras[f"verifier/{key}"] = self.extras.get(f"verifier/{key}", 0.0) + sum(got)
         return AgentRollouts(rewards, tokens, (rows, assign_prompt_ids(rows, texts, g)))
 
     def before_updates(self, rolls: list[AgentRollouts]) -> None:
