@@ -256,8 +256,9 @@ class TrainConfig(BaseModel):
     scorer_workers: int = Field(0, ge=0)
     # the reward's hard deadline: one math-verify item (None: 2 s) or one custom verifier call (None: 30 s)
     reward_timeout_s: float | None = Field(None, gt=0)
-    # a custom verifier's retries of failed batches within one step (or validation), in parallel: items
-    # still unscored when it is spent score 0, each named (None: two deadlines)
+    # a custom verifier's time on failed calls within one step (or validation): first tries and the
+    # parallel retries; items still unscored when it is spent score 0, each named, and later first tries of
+    # the step get a tenth of the deadline (None: two deadlines)
     reward_retry_budget_s: float | None = Field(None, ge=0)
     progress: bool = False
     # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)

@@ -14,8 +14,8 @@ from hacpo.reward import CustomReward, Scorer, VerifierError
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers.py"
 
 
-def scorer(name: str, workers: int = 1, timeout_s: float = 30.0, path: Path = FIXTURE) -> Scorer:
-    return Scorer(workers=workers, timeout_s=timeout_s, reward={"file": str(path), "name": name})
+def scorer(name: str, workers: int = 1, timeout_s: float = 30.0, path: Path = FIXTURE, **kw) -> Scorer:
+    return Scorer(workers=workers, timeout_s=timeout_s, reward={"file": str(path), "name": name}, **kw)
 
 
 RESPONSES = ["answer: 3", "answer: 4", "answer: 5", "answer: 6"]
@@ -47,7 +47,7 @@ def test_a_failing_item_alone_scores_0_and_is_logged_with_its_id(name, trigger, 
 
 
 def test_a_hung_verifier_is_killed_at_its_deadline_and_only_its_item_scores_0():
-    with scorer("hangs_on_hang", timeout_s=1.0) as s:
+    with scorer("hangs_on_hang", timeout_s=1.0, retry_budget_s=5.0) as s:  # the retry ends by its deadline
         got = s.score([*RESPONSES, "hang answer: 7"], [*ANSWERS, "7"])
         assert got == [1.0, 1.0, 0.0, 1.0, 0.0]
         assert s.verifier_failed == 1
@@ -91,23 +91,24 @@ def test_a_one_item_call_that_hangs_costs_one_deadline_not_two():
 
 
 def test_a_steps_retries_stop_at_its_budget_and_the_rest_score_0():
-    """The retries of one step share the budget (reward_retry_budget_s): once spent, items still unscored
-    score 0 and are counted; the next step has the whole budget again."""
+    """A step's time on failed calls, first tries and retries, comes out of one budget
+    (reward_retry_budget_s): once spent, items still unscored score 0 and are counted, and a later first
+    try of the step gets a tenth of the deadline (at least 1 s); the next step has the whole budget again."""
     import time
 
     responses = ["hang answer: 1", "answer: 2"]
     with Scorer(workers=1, timeout_s=3.0, reward={"file": str(FIXTURE), "name": "hangs_on_hang"},
-                retry_budget_s=1.0) as s:  # fmt: skip
+                retry_budget_s=4.0) as s:  # fmt: skip
         s.score(["answer: 2"], ["2"])
         s.new_step()
         t0 = time.monotonic()
         assert s.score(responses, ["1", "2"]) == [0.0, 1.0]  # the fast item was scored within the budget
-        assert time.monotonic() - t0 < 3.0 + 1.0 + 1.5
+        assert time.monotonic() - t0 < 3.0 + 1.0 + 1.5  # the first try's deadline, then the 1 s left
         counts = s.take_verifier_counts()
         assert counts["verifier/timed_out"] == 1
         t0 = time.monotonic()
         assert s.score(responses, ["1", "2"]) == [0.0, 0.0]  # budget spent: nothing more is retried
-        assert time.monotonic() - t0 < 3.0 + 1.0
+        assert time.monotonic() - t0 < 1.0 + 1.0  # and the first try had 1 s, not the 3-s deadline
         s.new_step()  # a new step: the whole budget again
         assert s.score(responses, ["1", "2"]) == [0.0, 1.0]
 

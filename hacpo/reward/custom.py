@@ -216,9 +216,10 @@ class VerifierRunner:
     Items with the same response, answer and metadata are verified once and share the result, a failure as
     well as a success (rollouts of one prompt often repeat an answer). A failed batch's items are retried
     one per call, spread over :data:`RETRY_WORKERS` processes, each under its own deadline, so that k hanging
-    items cost about one deadline, not k; the retries of a step share ``retry_budget_s`` (default two
-    deadlines; :meth:`new_step` renews it) and items still unscored when it is spent score 0, counted and
-    named like every other failure. :meth:`take_counts` gives what a step spent (seconds, retried,
+    items cost about one deadline, not k. A step's time on calls that failed (first tries and retries)
+    comes out of ``retry_budget_s`` (default two deadlines; :meth:`new_step` renews it): items still
+    unscored when it is spent score 0, counted and named like every other failure, and a later first try
+    in that step gets ``spent_deadline_s`` (a tenth of the deadline, at least 1 s) instead of the deadline. :meth:`take_counts` gives what a step spent (seconds, retried,
     timed-out, shared, failed items)."""
 
     def __init__(
@@ -240,6 +241,7 @@ class VerifierRunner:
         self._retry_pool: Pool | None = None  # started at the first failed batch, kept for the run
         self.retry_budget_s = 2 * timeout_s if retry_budget_s is None else retry_budget_s
         self.budget_left = self.retry_budget_s
+        self.spent_deadline_s = min(timeout_s, max(1.0, 0.1 * timeout_s))  # a first try's, once it is spent
         self.failed = 0  # items scored 0 because the verifier failed on them (all batches so far)
         self.counts = dict.fromkeys(VERIFIER_COUNTS, 0.0)  # since the last take_counts
         self._first = True
@@ -307,7 +309,12 @@ class VerifierRunner:
         values: dict[int, float] = {}
         retry: list[int] = []
         errors: dict[int, str] = {}
-        for part, (ok, got) in zip(parts, self.pool.run(calls), strict=True):
+        t0 = time.monotonic()
+        # the budget spent, this step's verifier is misbehaving: a first try gets a short deadline too
+        first = self.pool.run(calls, budget_s=None if self.budget_left > 0 else self.spent_deadline_s)
+        if not all(ok for ok, _ in first):  # time on calls that failed is the budget's, first tries too
+            self.budget_left -= time.monotonic() - t0
+        for part, (ok, got) in zip(parts, first, strict=True):
             if ok:
                 values.update(zip(part, got, strict=True))
             elif len(part) == 1:  # already the item alone (OpenRLHF calls once per sample): no retry
@@ -346,7 +353,8 @@ class VerifierRunner:
             return f"no answer within the deadline ({self.timeout_s:g} s)"
         if got == "budget":
             self.counts["timed_out"] += 1
-            return f"unscored when the step's retry budget ({self.retry_budget_s:g} s) was spent"
+            return (f"unscored when the step's retry budget ({self.retry_budget_s:g} s) was spent "
+                    f"(a first try then gets {self.spent_deadline_s:g} s)")  # fmt: skip
         return got
 
 
