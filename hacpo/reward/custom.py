@@ -219,8 +219,8 @@ class VerifierRunner:
     items cost about one deadline, not k. A step's time on calls that failed (first tries and retries)
     comes out of ``retry_budget_s`` (default two deadlines; :meth:`new_step` renews it): items still
     unscored when it is spent score 0, counted and named like every other failure, and a later first try
-    in that step gets ``spent_deadline_s`` (a tenth of the deadline, at least 1 s) instead of the deadline. :meth:`take_counts` gives what a step spent (seconds, retried,
-    timed-out, shared, failed items)."""
+    in that step gets ``spent_deadline_s`` (a tenth of the deadline, at least 1 s) instead of the deadline.
+    :meth:`take_counts` gives what a step spent (seconds, retried, timed-out, shared, failed items)."""
 
     def __init__(
         self,
