@@ -330,7 +330,8 @@ class VerifierRunner:
         if not retry:
             return values, errors
         self.counts["retried"] += len(retry)
-        if self.budget_left <= 0:
+        if self.budget_left <= 0:  # unscored for want of time: timed out, as an item the budget cut short
+            self.counts["timed_out"] += len(retry)
             return values, {i: "the step's retry budget was spent" for i in retry}
         if self._retry_pool is None:  # its start (once a run) is not retry time: the budget starts after it
             self._retry_pool = Pool(self.retry_workers, self.timeout_s, self.timeout_s, job=self.job)

@@ -279,8 +279,9 @@ def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_two_deadli
     step. OpenRLHF's executor calls the reward file once per sample in each vLLM engine; before, the calls
     waited behind the scorer's lock, so that prompt's G samples took G deadlines in turn, per agent. Now
     the samples in flight are scored as one batch (the batch's deadline, then its items retried in
-    parallel): the step completes, each hanging item is scored 0 and counted (``verifier/timed_out``,
-    ``verifier/failed``: both agents' G samples), and the verifier took about two deadlines per agent."""
+    parallel, under the step's budget of two deadlines): the step completes, each hanging item is scored 0
+    and counted (``verifier/timed_out``, ``verifier/failed``), and the verifier took about two deadlines
+    per agent."""
     from hacpo.engines.local.trainer import batch_for_step, read_problems
     from hacpo.engines.openrlhf.runner import train
     from hacpo.runio import read_jsonl
@@ -297,5 +298,8 @@ def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_two_deadli
     (row,) = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     hanging = 2 * g * golds.count(golds[0])  # both agents' samples of that prompt
     print({k: v for k, v in row.items() if k.startswith(("verifier/", "time/"))})
-    assert row["verifier/timed_out"] == pytest.approx(hanging) == row["verifier/failed"]
+    # every failure is one of time; the hanging items fail, and with them at most the well-behaved items that
+    # shared a failed call once the budget was spent
+    assert row["verifier/failed"] == pytest.approx(row["verifier/timed_out"])
+    assert hanging <= round(row["verifier/failed"]) <= 2 * 4 * g
     assert 2 * deadline <= row["verifier/seconds"] <= 2 * 3 * deadline  # before: 2 agents × G deadlines
