@@ -305,6 +305,10 @@ def test_a_verifier_reaches_openrlhfs_reward_function(tmp_path, toy_data, small_
     env = reward_env(cfg)
     assert json.loads(env["HACPO_REWARD"]) == {"file": str(tmp_path / "verify.py"), "name": "exact"}
     assert env["HACPO_REWARD_TIMEOUT_S"] == "7.0"
+    assert env["HACPO_REWARD_RETRY_BUDGET_S"] == "14.0"  # two deadlines; a joint step's over its agents:
+    two = cfg.model_copy(update={"method": "hacpo", "agents": [*cfg.agents, cfg.agents[0].model_copy(
+        update={"name": "b"})]})  # fmt: skip
+    assert reward_env(two)["HACPO_REWARD_RETRY_BUDGET_S"] == "7.0"
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     spec = importlib.util.spec_from_file_location("reward_func", reward_file())  # as OpenRLHF loads it

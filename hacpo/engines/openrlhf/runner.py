@@ -94,14 +94,19 @@ def check_context(cfg: TrainConfig, opts: OpenRLHFOptions) -> None:
 def reward_env(cfg: TrainConfig) -> dict[str, str]:
     """The run's reward for the reward file (:mod:`.reward_func`) in every vLLM engine: a built-in's name, or
     a verifier of your own as JSON (its file made absolute: the engines run elsewhere), its deadline and its
-    retry budget per rollout phase."""
+    step budget for failed calls. A joint step's agents generate one after another, each agent's engines at
+    once, so each engine gets the step's budget over the number of agents: the step's verifier time stays
+    within one budget, as on the local engine."""
     env = {}
     if cfg.reward_timeout_s is not None:
         env["HACPO_REWARD_TIMEOUT_S"] = str(cfg.reward_timeout_s)
-    if cfg.reward_retry_budget_s is not None:
-        env["HACPO_REWARD_RETRY_BUDGET_S"] = str(cfg.reward_retry_budget_s)
     if isinstance(cfg.reward, str):
         return env | {"HACPO_REWARD": cfg.reward}
+    from hacpo.reward.scorer import VERIFIER_TIMEOUT_S
+
+    budget = cfg.reward_retry_budget_s
+    budget = 2 * (cfg.reward_timeout_s or VERIFIER_TIMEOUT_S) if budget is None else budget
+    env["HACPO_REWARD_RETRY_BUDGET_S"] = str(budget / (len(cfg.agents) if cfg.resolved_method().joint else 1))
     entry = cfg.reward.model_dump(exclude_none=True)
     if "file" in entry:
         entry["file"] = str(Path(entry["file"]).resolve())
