@@ -281,7 +281,7 @@ def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_its_budget
     the samples in flight are scored as one batch (the batch's deadline, then its items retried in
     parallel, under the step's budget of two deadlines, split over the two agents' engines): the step
     completes, each hanging item is scored 0 and counted (``verifier/timed_out``, ``verifier/failed``), and
-    the verifier took about one deadline per agent."""
+    the verifier's time is about the step's budget (seconds more for each later batch once it is spent)."""
     from hacpo.engines.local.trainer import batch_for_step, read_problems
     from hacpo.engines.openrlhf.runner import train
     from hacpo.runio import read_jsonl
@@ -302,4 +302,6 @@ def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_its_budget
     # shared a failed call once the budget was spent
     assert row["verifier/failed"] == pytest.approx(row["verifier/timed_out"])
     assert hanging <= round(row["verifier/failed"]) <= 2 * 4 * g
-    assert 2 * deadline <= row["verifier/seconds"] <= 2 * 2 * deadline  # before: 2 agents × G deadlines
+    # the step's budget (two deadlines), plus, once spent, a second's first try and a replaced worker per
+    # later batch with a hanging item; before: 2 agents × G deadlines (64 s here)
+    assert 2 * deadline <= row["verifier/seconds"] <= 2 * 3 * deadline
