@@ -194,7 +194,7 @@ def test_the_real_pairs_joint_run_trained_lora_adapters(real_rehearsal):
     run = TrainConfig.model_validate(record["config"])
     assert [run.agent_adapter(k).rank for k in range(2)] == [8, 8] and run.kl_beta > 0
     for agent, final in record["final_checkpoints"].items():
-        final = real_rehearsal.parents[5] / final  # relative to the rehearsal's Snakemake directory
+        final = Path(final)  # relative to the checkout the rehearsal ran in (the tests run there too)
         assert adapters.is_adapter(final), f"{agent}: {final} is not an adapter checkpoint"
         weights = Path(final) / "adapter_model.safetensors"
         assert weights.is_file() and weights.stat().st_size < 20 * 2**20, weights

@@ -305,3 +305,41 @@ def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_its_budget
     # the step's budget (two deadlines), plus, once spent, a second's first try and a replaced worker per
     # later batch with a hanging item; before: 2 agents × G deadlines (64 s here)
     assert 2 * deadline <= row["verifier/seconds"] <= 2 * 3 * deadline
+
+
+@pytest.mark.skipif(not os.environ.get("HACPO_LONG_REAL_TESTS"), reason="3 minutes more on the real stack: "
+                    "set HACPO_LONG_REAL_TESTS=1 (the cut-short newest checkpoint, refused, is in CI above)")
+def test_a_broken_newest_joint_checkpoint_falls_back_to_the_previous_step_on_the_real_stack(
+    vllm_agents, toy_data, tmp_path, capfd
+):
+    """Issue 43, end to end on the real stack: a 3-step joint run killed after its step-2 checkpoint; one
+    agent's step-2 DeepSpeed states are cut to half. The rerun moves that folder aside, says so, falls back
+    to step 1 for both agents (their DeepSpeed states and the capability window), trains steps 2 and 3
+    again and completes, each step logged once."""
+    from hacpo.engines.openrlhf.command import Layout
+    from hacpo.engines.openrlhf.runner import train
+    from hacpo.runio import RunRecord, read_jsonl
+
+    cfg = toy_joint_config(vllm_agents, toy_data, tmp_path / "run", steps=3, val_every=0, keep_checkpoints=3)
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=lambda: killed.extend(_kill_policy_actor_after_checkpoint(cfg, 2, stop)))
+    killer.start()
+    try:
+        with pytest.raises(RuntimeError):
+            train(cfg, cfg.openrlhf)
+    finally:
+        stop.set()
+        killer.join()
+    layout = Layout(Path(cfg.out_dir))
+    assert killed and json.loads(layout.joint_state.read_text())["step"] == 2
+    ckpt = layout.agent(cfg.agents[1].name).ckpt
+    states = ckpt / "_actor" / "global_step2" / "mp_rank_00_model_states.pt"
+    states.write_bytes(states.read_bytes()[: states.stat().st_size // 2])
+    capfd.readouterr()
+    out = train(cfg, cfg.openrlhf)
+    said = capfd.readouterr().out
+    assert out.complete and out.step == 3 and RunRecord.read(cfg.out_dir).complete
+    assert "global_step2 is broken: mp_rank_00_model_states.pt has" in said, said[-3000:]
+    assert "from step 1: steps 2–2 will be trained again" in said
+    assert (ckpt / "broken-global_step2" / "mp_rank_00_model_states.pt").is_file()
+    assert [r["step"] for r in read_jsonl(Path(cfg.out_dir) / "metrics.jsonl")] == [0, 1, 2]
