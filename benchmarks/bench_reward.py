@@ -289,34 +289,34 @@ def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: 
         verify = Path(tmp) / "verify.py"
         verify.write_text(HANGING_VERIFIER)
         for name in ("exact", "hangs_on_one_prompt_in_ten"):
-            cfg = load_train_config({
+            run = {
                 "method": "hacpo", "agents": [{"name": Path(a).name, "path": a} for a in agents],
                 "train_file": str(Path(data) / "train.jsonl"), "out_dir": str(Path(tmp) / name),
                 "steps": steps, "prompts_per_step": 8, "group_size": 8, "minibatch_size": 64,
                 "val_every": 0, "val_size": 0, "checkpoint_every": 0, "seed": 0,
                 "reward": {"file": str(verify), "name": name}, "reward_timeout_s": timeout_s,
-            })  # fmt: skip
-            if engine == "openrlhf":
-                cfg = cfg.model_copy(update={"openrlhf": command.OpenRLHFOptions(
-                    cpu=True, gpus_per_node=1, max_prompt_tokens=64, micro_train_batch_size=4,
-                    gradient_checkpointing=False, vllm_gpu_memory_utilization=0.1)})  # fmt: skip
-                cfg = load_train_config(cfg.model_dump())
+            }  # fmt: skip
+            if engine == "openrlhf":  # the CPU rehearsal's settings
+                run["openrlhf"] = {"cpu": True, "gpus_per_node": 1, "max_prompt_tokens": 64,
+                                   "micro_train_batch_size": 4, "gradient_checkpointing": False,
+                                   "vllm_gpu_memory_utilization": 0.1}  # fmt: skip
+            cfg = load_train_config(run)
+            if engine == "openrlhf":  # the joint driver logs the verifier's seconds, not a scoring phase
                 openrlhf_train(cfg, cfg.openrlhf)
                 rows = read_jsonl(Path(cfg.out_dir) / "metrics.jsonl")
-                for r in rows:
-                    r.setdefault("time/score_s", r.get("verifier/seconds", 0.0))
-                    r.setdefault("verifier_failed", sum(x.get("verifier/failed", 0) for x in rows))
+                score_key, failed = "verifier/seconds", sum(r.get("verifier/failed", 0) for r in rows)
             else:
                 trainer = LocalTrainer(cfg)
                 rows = [trainer.train_step(s).row for s in range(steps)]
                 trainer.scorer.close()
+                score_key, failed = "time/score_s", rows[-1]["verifier_failed"]
             step_s = [r["time/step_s"] for r in rows]
             kinds = ("retried", "timed_out", "shared")
             counts = {k: sum(r.get(f"verifier/{k}", 0) for r in rows) for k in kinds}
-            score_s = sum(r["time/score_s"] for r in rows) / steps
+            score_s = sum(r.get(score_key, 0.0) for r in rows) / steps
             print(f"verifier {name}: s/step {json.dumps([round(x, 1) for x in step_s])} (mean "
                   f"{sum(step_s) / steps:.1f}), score s/step {score_s:.1f}, items over the run: {counts}, "
-                  f"failed {rows[-1]['verifier_failed']:.0f}", flush=True)  # fmt: skip
+                  f"failed {failed:.0f}", flush=True)  # fmt: skip
 
 
 def main() -> None:

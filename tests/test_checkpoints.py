@@ -157,8 +157,6 @@ def test_joint_checkpoints_all_broken_fail_clearly_and_nothing_moves(tmp_path):
 def test_an_intact_joint_run_and_one_from_before_manifests_resume_where_they_stood(tmp_path):
     """Nothing to do for intact checkpoints; a state file from before the capability history (``saved``)
     and DeepSpeed folders without manifests resume from the state's step, as before."""
-    import json as _json
-
     from hacpo.engines.openrlhf.runner import intact_joint_step
 
     cfg, layout = _deepspeed_run(tmp_path)
@@ -166,6 +164,6 @@ def test_an_intact_joint_run_and_one_from_before_manifests_resume_where_they_sto
     assert intact_joint_step(cfg, layout, say=said.append) == 4 and said == []
     for manifest in layout.root.rglob(CHECKPOINT_MANIFEST):
         manifest.unlink()
-    state = _json.loads(layout.joint_state.read_text())
-    layout.joint_state.write_text(_json.dumps({"step": 4, "tracker": state["tracker"]}))
+    state = json.loads(layout.joint_state.read_text())
+    layout.joint_state.write_text(json.dumps({"step": 4, "tracker": state["tracker"]}))
     assert intact_joint_step(cfg, layout, say=said.append) == 4 and said == []

@@ -239,7 +239,7 @@ class VerifierRunner:
         self.pool = Pool(self.workers, timeout_s, timeout_s, job=self.job)
         self.retry_workers = max(1, retry_workers)
         self._retry_pool: Pool | None = None  # started at the first failed batch, kept for the run
-        self.retry_budget_s = 2 * timeout_s if retry_budget_s is None else retry_budget_s
+        self.retry_budget_s = step_budget(timeout_s, retry_budget_s)
         self.budget_left = self.retry_budget_s
         self.spent_deadline_s = min(timeout_s, max(1.0, 0.1 * timeout_s))  # a first try's, once it is spent
         self.failed = 0  # items scored 0 because the verifier failed on them (all batches so far)
@@ -357,6 +357,12 @@ class VerifierRunner:
             return (f"unscored when the step's retry budget ({self.retry_budget_s:g} s) was spent "
                     f"(a first try then gets {self.spent_deadline_s:g} s)")  # fmt: skip
         return got
+
+
+def step_budget(timeout_s: float, budget_s: float | None) -> float:
+    """A step's time for a verifier's failed calls (``reward_retry_budget_s``): ``budget_s``, else two
+    deadlines."""
+    return 2 * timeout_s if budget_s is None else budget_s
 
 
 # Per-step counts of a verifier (metrics ``verifier/<name>``): its seconds, items retried one by one, items

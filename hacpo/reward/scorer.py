@@ -42,7 +42,7 @@ class Scorer:
     started whatever ``workers`` says, no deadline, no cache). A :class:`~hacpo.reward.custom.CustomReward`
     (or its dict) runs that verifier in ``max(1, workers)`` processes under ``timeout_s``
     (:mod:`hacpo.reward.custom`): rewards are its numbers, and :meth:`score` passes it each item's metadata;
-    ``retry_budget_s`` bounds a step's retries of its failed batches (default two deadlines).
+    ``retry_budget_s`` bounds a step's time on failed calls, first tries and retries (default two deadlines).
     """
 
     def __init__(

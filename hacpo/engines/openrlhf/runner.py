@@ -102,10 +102,10 @@ def reward_env(cfg: TrainConfig) -> dict[str, str]:
         env["HACPO_REWARD_TIMEOUT_S"] = str(cfg.reward_timeout_s)
     if isinstance(cfg.reward, str):
         return env | {"HACPO_REWARD": cfg.reward}
+    from hacpo.reward.custom import step_budget
     from hacpo.reward.scorer import VERIFIER_TIMEOUT_S
 
-    budget = cfg.reward_retry_budget_s
-    budget = 2 * (cfg.reward_timeout_s or VERIFIER_TIMEOUT_S) if budget is None else budget
+    budget = step_budget(cfg.reward_timeout_s or VERIFIER_TIMEOUT_S, cfg.reward_retry_budget_s)
     env["HACPO_REWARD_RETRY_BUDGET_S"] = str(budget / (len(cfg.agents) if cfg.resolved_method().joint else 1))
     entry = cfg.reward.model_dump(exclude_none=True)
     if "file" in entry:
