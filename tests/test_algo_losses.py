@@ -9,6 +9,7 @@ expression Σ_i coef_i · mean_t log π_i with the hand-derived constant coef_i.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -203,6 +204,26 @@ def test_t4_gspo_gradient_closed_form():
     coef = -adv * s * live / len(rows)
     torch.testing.assert_close(grad, closed_form_grad(logits, tokens, mask, coef), rtol=1e-9, atol=1e-12)
     assert grad[2].abs().max() == 0 and grad[3].abs().max() == 0 and grad[6].abs().max() == 0
+
+
+def test_log_ratio_guard_stops_the_gradient_beyond_it():
+    # §10 (corrected 2026-12-04): one own 2-token row with log s = 11 and A = −1 passes no gradient, as in
+    # both references; clamping only sg(log s) would pass −A·e^10·∇ mean log π ≈ 1.1e4 × through GSPO's min.
+    # The same row at log s = 9.9 passes −A·e^9.9/1 (its closed form, N = 1); a cross row with no clip too.
+    logits, tokens, mask = random_rows([2], seed=3)
+    for log_s, live in [(11.0, False), (-11.0, False), (9.9, True)]:
+        for spec, own in [(GSPO, True), (replace(HACPO, cross_clip="none"), False)]:
+            logp = logp_of(logits, tokens)
+            old = old_mean_for(logp, mask, [math.exp(log_s)])
+            own_row = torch.tensor([own])
+            batch = MiniBatch(logp, mask, adv=t([-1.0]), old_mean_logp=old, is_own=own_row, omega=t([1.0]))
+            loss, metrics = policy_loss(batch, spec)
+            (grad,) = torch.autograd.grad(loss, logits)
+            s = math.exp(max(-10.0, min(10.0, log_s)))
+            assert metrics["s_homo_max" if own else "s_hete_max"] == pytest.approx(s)  # the value is clamped
+            coef = t([s * (s if not own else 1.0) if live else 0.0])  # −A·s (own) / −A·s^(α+1) (cross, α=1)
+            expected = closed_form_grad(logits, tokens, mask, coef)
+            torch.testing.assert_close(grad, expected, rtol=1e-9, atol=0.0)
 
 
 def test_gspo_rejects_cross_rows():

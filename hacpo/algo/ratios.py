@@ -39,9 +39,15 @@ def gspo_token_ratio(logp, mask, old_mean_logp, guard=LOG_RATIO_GUARD) -> tuple[
     Each token gets ``exp(log π_θ(y_t) − sg(log π_θ(y_t)) + sg(log s_i))``: its value is the sequence ratio
     s_i and its gradient is s_i·∇log π_θ(y_t), so the token mean reproduces ∇s_i = s_i·∇ mean_t log π_θ.
     Returns ``(s_tok [R, T], s_seq [R])``; ``s_seq`` is detached.
+
+    The guard (§10) holds the value at e^±guard *and* stops the row's gradient there, as both reference codes
+    do: clamping only sg(log s) would let a row with log s = 11 and A < 0 pass e^10 times its gradient
+    through GSPO's min (a policy blowing up is exactly when the guard matters).
     """
-    log_s = sequence_log_ratio(seq_mean_logp(logp, mask), old_mean_logp, guard).detach()
-    s_tok = torch.exp(logp - logp.detach() + log_s[:, None])
+    raw = (seq_mean_logp(logp, mask) - old_mean_logp).detach()
+    log_s = raw.clamp(-guard, guard)
+    live = (raw.abs() <= guard).to(logp.dtype)[:, None]  # beyond the guard: a constant, no gradient
+    s_tok = torch.exp((logp - logp.detach()) * live + log_s[:, None])
     return s_tok, log_s.exp()
 
 
