@@ -31,11 +31,12 @@ def _parse_sets(pairs: list[str]) -> dict:
 
 
 def cmd_methods(args) -> int:
-    from hacpo.algo import HACPO_KNOBS, METHODS, VARIANT_KNOBS
+    from hacpo.algo import HACPO_KNOBS, METHODS, SGT_KNOBS, VARIANT_KNOBS
 
     for m in METHODS.values():
         print(f"{m.name:20s} {json.dumps({k: v for k, v in m.to_dict().items() if k != 'name'})}")
     print(f"\nHACPO hyper-parameters (run config keys, HACPO losses only): {', '.join(HACPO_KNOBS)}")
+    print(f"SGT hyper-parameters (run config keys, sharing: successes only): {', '.join(SGT_KNOBS)}")
     print("variant knobs (run config keys):")
     for knob, spec in VARIANT_KNOBS.items():
         print(f"  {knob}: {' | '.join(spec['values'])}  ({', '.join(spec['methods'])} only)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -23,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from hacpo.algo import HACPO_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
+from hacpo.algo import HACPO_KNOBS, SGT_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
 from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.reward.custom import CustomReward, reward_identity
@@ -203,6 +204,8 @@ class TrainConfig(BaseModel):
     alpha: Alpha | None = None  # exponential importance sampling α (§3.4)
     cross_clip_low: CrossClipLow | None = None  # the lower bound 1−δ (NOT δ) (§3.5)
     delta_step: DeltaStep | None = None  # stepwise clip increment δ_step (§3.5)
+    # SGT's advantage of a rescued peer success (docs/algorithm.md, "Sharing rules"; None: 1); SGT only
+    rescue_advantage: float | None = Field(None, gt=0)
     capability_window: int = Field(5, ge=1)
     omega_warmup_steps: int = Field(0, ge=0)
     # The preset of the four choices below (FIDELITY): paper | as_released; an explicit key wins.
@@ -280,12 +283,16 @@ class TrainConfig(BaseModel):
     def _agents_fit_method(self):
         base = get_method(self.method)
         unread = [
-            k for k in (*HACPO_KNOBS, *VARIANT_KNOBS) if getattr(self, k) is not None and not base.reads(k)
+            k
+            for k in (*HACPO_KNOBS, *SGT_KNOBS, *VARIANT_KNOBS)
+            if getattr(self, k) is not None and not base.reads(k)
         ]
         if unread:
             why = (
                 "α, 1−δ and δ_step apply to HACPO losses only"
                 if set(unread) & set(HACPO_KNOBS)
+                else "rescue_advantage applies to SGT only"
+                if set(unread) & set(SGT_KNOBS)
                 else "each variant knob applies to one method; see `hacpo methods`"
             )
             raise ValueError(
@@ -323,10 +330,13 @@ class TrainConfig(BaseModel):
         return chosen.lora if chosen is not None else None
 
     def resolved_method(self) -> Method:
-        """The registry method under this run's variant knobs."""
-        return get_method(self.method).variant(
+        """The registry method under this run's variant knobs and SGT's rescue advantage."""
+        method = get_method(self.method).variant(
             gspo_updates_x2_mode=self.gspo_updates_x2_mode, naive_cross_ratio=self.naive_cross_ratio
         )
+        if self.rescue_advantage is not None:
+            method = replace(method, rescue_advantage=self.rescue_advantage)
+        return method
 
     def loss_spec(self) -> LossSpec:
         hyper = {k: getattr(self, k) for k in HACPO_KNOBS if getattr(self, k) is not None}
@@ -350,6 +360,7 @@ class TrainConfig(BaseModel):
         their defaults."""
         keep = self.model_dump(exclude={*RUNTIME_OPTIONS, "fidelity"})
         newer = {"precision": "fp32", "same_tokenizer": "reuse_ids", "reward": "math_verify"}
+        newer["rescue_advantage"] = None
         for key, default in newer.items():
             if keep[key] == default:
                 del keep[key]

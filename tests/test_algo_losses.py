@@ -15,6 +15,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from loss_cases import F64, closed_form_grad, logp_of, mask_of, old_mean_for, random_rows, t
 
 from hacpo.algo import (
     LossSpec,
@@ -31,49 +32,9 @@ from hacpo.algo import (
     token_ratio,
 )
 
-F64 = torch.float64
 GSPO = LossSpec(kind="gspo", eps_low=3e-4, eps_high=4e-4, kl_beta=0.0)
 GRPO = LossSpec(kind="grpo", eps_low=0.2, eps_high=0.28, kl_beta=0.0)
 HACPO = LossSpec(kind="hacpo", cross_clip_low=0.8, delta_step=0.025, alpha=1.0, kl_beta=0.0)
-
-
-def t(x, **kw):
-    return torch.tensor(x, dtype=F64, **kw)
-
-
-def mask_of(lengths, width):
-    return torch.arange(width)[None, :] < torch.tensor(lengths)[:, None]
-
-
-def hand_mean(logp, mask):
-    """Per-row mean over response tokens, written out here independently of the code under test."""
-    m = mask.to(logp.dtype)
-    return (logp * m).sum(1) / m.sum(1)
-
-
-def random_rows(lengths, seed=0, vocab=6):
-    """Leaf logits [R, T, V] with random tokens; T = max length + 1 so every row has padding."""
-    g = torch.Generator().manual_seed(seed)
-    width = max(lengths) + 1
-    logits = torch.randn(len(lengths), width, vocab, generator=g, dtype=F64).requires_grad_()
-    tokens = torch.randint(vocab, (len(lengths), width), generator=g)
-    return logits, tokens, mask_of(lengths, width)
-
-
-def logp_of(logits, tokens):
-    return torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1)
-
-
-def closed_form_grad(logits, tokens, mask, coef):
-    """∇ of Σ_i coef_i · mean_t log π(y_i,t) with respect to the logits (coef constant)."""
-    lp = logp_of(logits, tokens)
-    (g,) = torch.autograd.grad((coef * hand_mean(lp, mask)).sum(), logits)
-    return g
-
-
-def old_mean_for(logp, mask, s_target):
-    """Denominator that makes the sequence ratio exp(mean logp − old) equal s_target."""
-    return (hand_mean(logp.detach(), mask) - torch.log(t(s_target))).detach()
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -138,7 +138,7 @@ GOOD = {
         ({"tables": [], "pairs": None}, "tables.card.claims.c: no pairs"),
         ({"tables": [], "pairs": ["mixed"]}, "tables.card.claims.c.eval: metric 'avg' needs an eval setting"),
         ({"direction": ">="}, "direction"),
-        ({"b": None, "metric": "s_hete", "threshold": 1.0, "a": "gspo"}, "'gspo' is single-agent; s_hete"),
+        ({"b": None, "metric": "s_hete", "threshold": 1.0, "a": "gspo"}, "'gspo' trains on no peer rows"),
         ({"metric": "s_homo"}, "compare it to a `threshold:`"),
         ({"metric": "wall_time", "average": True}, "wall time is one number per pair and seed"),
         ({"paper": {"tables": ["table42"]}}, "paper.tables.0"),

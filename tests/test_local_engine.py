@@ -91,6 +91,39 @@ def test_joint_methods_train_across_tokenizers(tmp_path, toy_data, small_agent, 
         assert _weights_changed(str(path), str(tmp_path / method / "checkpoints" / name / "step-2"))
 
 
+@pytest.mark.parametrize("method", ["xgrpo", "xgrpo_capability", "sgt"])
+def test_sharing_rules_train(tmp_path, toy_data, small_agent, other_agent, method, monkeypatch):
+    """XGRPO and SGT on Llama/char + Qwen3/word: GSPO's row count per learner (16 rows → 2 updates); XGRPO's
+    rows are its own, SGT's peer rows are rescued successes with the rescue advantage; both agents learn."""
+    import hacpo.algo.losses as losses
+
+    seen = []
+    real = losses.policy_loss
+
+    def spy(batch, spec, m=0):
+        if batch.n_total is None:
+            seen.append((batch.is_own.cpu().clone(), batch.adv.cpu().clone(), spec.kind))
+        return real(batch, spec, m)
+
+    monkeypatch.setattr(losses, "policy_loss", spy)
+    cfg = _cfg(tmp_path, [("llama", small_agent), ("qwen", other_agent)], method, data=toy_data)
+    train(cfg)
+    for r in MetricsLog(tmp_path / method / "metrics.jsonl").read():
+        for name in ("llama", "qwen"):
+            assert r[f"{name}/updates"] == 2 and r[f"{name}/rows"] == 8.0
+    assert {kind for *_, kind in seen} == {"sgt" if method == "sgt" else "gspo"}
+    cross = torch.cat([~own for own, *_ in seen])
+    adv = torch.cat([a for _, a, _ in seen])
+    if method == "sgt":
+        # rescued successes, with the rescue advantage (10 of the 64 rows seen, seeded, on the test CPU)
+        assert bool(cross.any()) and bool((adv[cross] == 1.0).all())
+    else:
+        assert not bool(cross.any())  # XGRPO: the peers' rewards move the baseline, their rows stay out
+    for name in ("llama", "qwen"):
+        path = small_agent if name == "llama" else other_agent
+        assert _weights_changed(str(path), str(tmp_path / method / "checkpoints" / name / "step-2"))
+
+
 def test_hacpo_cross_rows_carry_omega_and_stepwise_bounds(
     tmp_path, toy_data, small_agent, other_agent, monkeypatch
 ):
@@ -413,6 +446,8 @@ def test_method_variants_resolve_from_config(tmp_path):
         ({"method": "gspo", "agents": [{"name": "a", "path": "x"}], "delta_step": 0.01}, "does not read"),
         ({"method": "hacpo", "naive_cross_ratio": "self_old"}, "does not read naive_cross_ratio"),
         ({"method": "hacpo", "alpha": -1.0}, "alpha=-1.0 must be ≥ 0"),
+        ({"method": "hacpo", "rescue_advantage": 2.0}, "rescue_advantage applies to SGT only"),
+        ({"method": "sgt", "rescue_advantage": 0.0}, "greater than 0"),
         ({"method": "hacpo_alpha3"}, "unknown method"),
     ],
 )
@@ -560,6 +595,7 @@ def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent
     runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf", "logging"}  # logging: issue 31
     runtime |= {"reward_timeout_s", "reward_retry_budget_s"}  # issues 37 and 43
     new |= {"adapter"}  # issue 42: full fine-tuning, on the run and on each agent
+    new |= {"rescue_advantage"}  # issue 45: SGT's knob, None for every other method
     old = cfg.model_dump(exclude={*runtime, *new, "agents"})
     old["agents"] = [{"name": a.name, "path": a.path} for a in cfg.agents]
     assert cfg.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]

@@ -4,6 +4,7 @@
 - :mod:`~hacpo.algo.capability` — P̂ window and ω (§3.1)
 - :mod:`~hacpo.algo.ratios` — token / GSPO sequence / cross-agent ratios (§2.2, §3.4)
 - :mod:`~hacpo.algo.losses` — GRPO, GSPO, Naive and HACPO losses, stepwise clip, k3 KL (§3.5–3.6)
+- :mod:`~hacpo.algo.sharing` — what a learner takes from its peers: rows, baseline, or successes (XGRPO, SGT)
 - :mod:`~hacpo.algo.methods` — the method registry (§2, §8)
 """
 
@@ -27,14 +28,22 @@ from .losses import (
     policy_loss,
     policy_loss_live_rows,
     ppo_clipped,
+    rescue_row_loss,
     rows_with_gradient,
     stepwise_lower_bound,
 )
-from .methods import HACPO_KNOBS, METHODS, VARIANT_KNOBS, Method, get_method, method_names
+from .methods import HACPO_KNOBS, METHODS, SGT_KNOBS, VARIANT_KNOBS, Method, get_method, method_names
 from .ratios import gspo_token_ratio, masked_mean, seq_mean_logp, sequence_log_ratio, token_ratio
+from .sharing import SHARING_RULES, LearnerRows, learner_rows, rescue_set
 
 __all__ = [
     "HACPO_KNOBS",
+    "SGT_KNOBS",
+    "SHARING_RULES",
+    "LearnerRows",
+    "learner_rows",
+    "rescue_row_loss",
+    "rescue_set",
     "METHODS",
     "VARIANT_KNOBS",
     "CapabilityTracker",

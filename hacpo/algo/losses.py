@@ -1,4 +1,4 @@
-"""Policy losses: GRPO, GSPO, Naive sharing and HACPO (spec §2, §3.3–3.6), plus k3 KL (§3.6).
+"""Policy losses: GRPO, GSPO, Naive, HACPO (spec §2, §3.3–3.6) and SGT's rescue term, plus k3 KL (§3.6).
 
 One entry point, :func:`policy_loss`, takes a :class:`MiniBatch` and a :class:`LossSpec` (built from the
 method registry) and returns ``(loss, metrics)``. Advantages, ω and old log-probs are constants; the maths
@@ -23,7 +23,8 @@ from .ratios import (
     token_ratio,
 )
 
-LossKind = Literal["grpo", "gspo", "naive", "hacpo"]
+LossKind = Literal["grpo", "gspo", "naive", "hacpo", "sgt"]
+LOSS_KINDS: tuple[str, ...] = ("grpo", "gspo", "naive", "hacpo", "sgt")
 CrossClip = Literal["stepwise", "static", "none"]
 
 
@@ -43,8 +44,8 @@ class LossSpec:
     log_ratio_guard: float = LOG_RATIO_GUARD
 
     def __post_init__(self):
-        if self.kind not in ("grpo", "gspo", "naive", "hacpo"):
-            raise ValueError(f"unknown loss kind {self.kind!r}; choose grpo, gspo, naive or hacpo")
+        if self.kind not in LOSS_KINDS:
+            raise ValueError(f"unknown loss kind {self.kind!r}; choose one of {', '.join(LOSS_KINDS)}")
         if self.cross_clip not in ("stepwise", "static", "none"):
             raise ValueError(f"unknown cross_clip {self.cross_clip!r}; choose stepwise, static or none")
         check_cross_clip_low(self.cross_clip_low)
@@ -175,6 +176,12 @@ def hacpo_cross_row_loss(s_tok, adv, omega, lo, hi, alpha) -> torch.Tensor:
     return -(omega * adv)[:, None] * c * c.detach().pow(alpha)
 
 
+def rescue_row_loss(logp, adv) -> torch.Tensor:
+    """SGT's rescue term per token, −A·log π_θ(y′_t): its row mean has the gradient −A·∇ mean_t log π, the
+    score direction toward a peer's verified success, with no importance ratio (docs/algorithm.md, SGT)."""
+    return -adv[:, None] * logp
+
+
 def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
     if x.numel() == 0:
         return {}
@@ -196,6 +203,7 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
       asymmetric or stepwise clip (§2.5, the spec's "most plausible" definition — chosen because it keeps
       exactly HACPO's rollout/update budget and changes only the four mechanisms).
     - ``hacpo``: own rows GSPO; cross rows −ω·A·c·sg(c)^α with c = clamp(s, lo_m, 1) (§3.6).
+    - ``sgt``: own rows GSPO; cross rows are SGT's rescue set, −A·mean_t log π (:func:`rescue_row_loss`).
     KL (k3) is averaged over own rows only; a mini-batch with no own row has no KL term. A part of a
     mini-batch (``n_total``, ``own_tokens`` set: micro-batches) returns its share of both terms.
 
@@ -246,6 +254,9 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
             )
             if batch.omega is not None:
                 metrics["omega_mean"] = float(batch.omega[cross].double().mean())
+        elif spec.kind == "sgt" and bool(cross.any()):
+            tok = torch.where(cross[:, None], rescue_row_loss(batch.logp, a.to(batch.logp.dtype)), tok)
+            metrics["rescue_rows"] = float(cross.sum())
         elif bool(cross.any()):  # naive: the GSPO clip on cross rows too
             metrics["cross_clip_frac"] = float(own_clipped[cross].float().mean())
         row = masked_mean(tok, batch.mask, dim=1)
@@ -282,6 +293,8 @@ def rows_with_gradient(batch: MiniBatch, spec: LossSpec, m: int, s: torch.Tensor
     live = (a != 0) & ~ppo_clipped(s, a, spec.eps_low, spec.eps_high)
     if spec.kind == "hacpo":
         live = torch.where(own, live, (a != 0) & cross_in_bounds(s, spec, m))
+    elif spec.kind == "sgt":  # a rescue row has no ratio and no clip
+        live = torch.where(own, live, a != 0)
     if spec.kl_beta > 0 and batch.ref_logp is not None:
         live = live | own
     return live

@@ -12,7 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
+import torch
+
 from .losses import LossSpec
+from .sharing import Sharing, learner_rows
 
 Baseline = Literal["capability", "joint_mean", "own_mean"]
 
@@ -20,8 +23,12 @@ Baseline = Literal["capability", "joint_mean", "own_mean"]
 @dataclass(frozen=True)
 class Method:
     name: str
-    loss: Literal["grpo", "gspo", "naive", "hacpo"]
-    joint: bool = False  # learns from the other agents' rollouts
+    loss: Literal["grpo", "gspo", "naive", "hacpo", "sgt"]
+    joint: bool = False  # learns from the other agents' rollouts (their rows, rewards or successes)
+    # what a joint learner takes from its peers (hacpo.algo.sharing): their rows (Naive, HACPO), their rewards
+    # in its baseline only (XGRPO), or their verified successes on the prompts it failed (SGT)
+    sharing: Sharing = "rollouts"
+    rescue_advantage: float = 1.0  # SGT: the advantage of a rescued peer success (run knob)
     rollout_multiplier: int = 1  # G_own = multiplier × G (GSPO×2 samples 2G)
     epochs: int = 1  # passes over the step's rows ("GSPO updates ×2", reading (a))
     minibatch_divisor: int = 1  # reading (b): half-size mini-batches
@@ -42,7 +49,7 @@ class Method:
         kl_beta: float = 1e-3,
     ) -> LossSpec:
         """This method's loss: its own clip ε and mechanisms, the run's α, 1−δ, δ_step and KL β (Table 4)."""
-        eps = (0.2, 0.28) if self.loss == "grpo" else (3e-4, 4e-4)
+        eps = (0.2, 0.28) if self.loss == "grpo" else (3e-4, 4e-4)  # GSPO's own clip for every other loss
         return LossSpec(
             kind=self.loss,
             eps_low=eps[0],
@@ -60,15 +67,36 @@ class Method:
         return self.epochs * -(-rows // per_update)
 
     @property
+    def cross_rows(self) -> bool:
+        """Whether a learner's update holds rows its peers generated (all of them, or SGT's rescue set)."""
+        return self.joint and self.sharing != "baseline"
+
+    def rows_per_learner(self, own_rows: int, n_agents: int) -> int:
+        """Rows a learner trains on per step: its own, plus every peer's when it pools their rollouts (SGT's
+        rescue rows take the slots of the failed own rows they replace)."""
+        return own_rows * (n_agents if self.joint and self.sharing == "rollouts" else 1)
+
+    def learner_rows(self, rewards, prompt_ids, sources, n_sources: int, learner: int, omega=None):
+        """This method's advantages and kept rows for one learner (:func:`hacpo.algo.sharing.learner_rows`);
+        ``sources``: each row's position among the ``n_sources`` agents whose rows are given (1: own only);
+        returns :class:`~hacpo.algo.sharing.LearnerRows`."""
+        return learner_rows(
+            torch.as_tensor(rewards), prompt_ids, sources, n_sources, learner, sharing=self.sharing,
+            baseline=self.baseline, omega_learner_over=omega, rescue_advantage=self.rescue_advantage,
+        )  # fmt: skip
+
+    @property
     def cross_old_from_learner(self) -> bool:
         """Naive's ``self_old`` reading (§2.5): cross rows' old log-probs are the learner's own, computed on
         the re-tokenised text before any update."""
         return self.loss == "naive" and self.naive_cross_ratio == "self_old"
 
     def reads(self, knob: str) -> bool:
-        """Whether a run of this method reads ``knob`` (a HACPO hyper-parameter or a variant knob)."""
+        """Whether a run of this method reads ``knob`` (a HACPO or SGT hyper-parameter, or a variant knob)."""
         if knob in HACPO_KNOBS:
             return self.loss == "hacpo"
+        if knob in SGT_KNOBS:
+            return self.sharing == "successes"
         return self.name in VARIANT_KNOBS.get(knob, {}).get("methods", ())
 
     def variant(self, **knobs: str | None) -> Method:
@@ -95,6 +123,9 @@ class Method:
 
 # The run hyper-parameters only HACPO's cross term reads (Table 4): other methods never receive them.
 HACPO_KNOBS = ("alpha", "cross_clip_low", "delta_step")
+
+# SGT's choice the paper leaves open (docs/algorithm.md): only methods sharing successes read it.
+SGT_KNOBS = ("rescue_advantage",)
 
 # The spec's alternative readings, as knobs: which methods read each, and what each value sets.
 VARIANT_KNOBS: dict[str, dict] = {
@@ -126,6 +157,13 @@ METHODS: dict[str, Method] = {
         replace(_HACPO, name="hacpo_no_clip", cross_clip="none"),
         # §8's other reading of "− Adv": the learner's own group mean as the baseline (not in the paper)
         Method("hacpo_no_adv_own", loss="hacpo", joint=True, baseline="own_mean"),
+        # Liu et al. 2026's other sharing rules (arXiv 2605.07244; docs/algorithm.md, "Sharing rules"):
+        # XGRPO trains on its own rows with a baseline from the joint group (plain, or HACPO's
+        # capability-aware one: HACPO's advantage module without its rollout sharing); SGT adds peers'
+        # verified successes on the prompts it failed
+        Method("xgrpo", loss="gspo", joint=True, baseline="joint_mean", sharing="baseline"),
+        Method("xgrpo_capability", loss="gspo", joint=True, baseline="capability", sharing="baseline"),
+        Method("sgt", loss="sgt", joint=True, sharing="successes"),
     ]
 }
 

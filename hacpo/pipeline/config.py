@@ -584,8 +584,8 @@ class PipelineConfig(_Strict):
         if getattr(t, "agent", None) is not None and t.pair in self.pairs:
             errs += need(f"{path}.agent", t.agent, self.pairs[t.pair].agents, f"agent of pair {t.pair!r}")
         if getattr(t, "kind", None) == "ratio_stats" and t.method in methods:
-            if not self.registry_method(t.method).joint:
-                errs.append(f"{path}.method: {t.method!r} is single-agent; s_hete needs a joint method")
+            if not self.registry_method(t.method).cross_rows:
+                errs.append(f"{path}.method: {t.method!r} trains on no peer rows, so it has no s_hete")
         if getattr(t, "kind", None) == "claims":
             for cid, c in t.claims.items():
                 errs += self._claim_problems(f"{path}.claims.{cid}", c)
@@ -628,8 +628,8 @@ class PipelineConfig(_Strict):
                 errs += need(f"{path}.metric", c.metric, self.benchmarks_of(setting),
                              f"benchmark of eval setting {setting!r}")
         sides = [m for m in (c.a, c.b) if m is not None]
-        if c.metric in ("s_homo", "s_hete") and not self.registry_method(c.a).joint:
-            errs.append(f"{path}.a: {c.a!r} is single-agent; {c.metric} needs a joint method")
+        if c.metric in ("s_homo", "s_hete") and not self.registry_method(c.a).cross_rows:
+            errs.append(f"{path}.a: {c.a!r} trains on no peer rows, so it has no {c.metric}")
         if not eval_metric and "base" in sides:
             errs.append(f"{path}: 'base' (the untrained model) has evaluations only, not {c.metric!r}")
         if c.metric == "val_last_third" and self.val_data is None:

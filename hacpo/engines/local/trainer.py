@@ -49,7 +49,6 @@ from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
     policy_loss_live_rows,
-    row_advantages,
     seq_mean_logp,
 )
 from hacpo.config import TrainConfig
@@ -445,7 +444,9 @@ class LocalTrainer:
 
     # ----------------------------------------------------------------------------- stage 3
     def _rows_for(self, k: int, rolls: list[Rollouts], omegas: torch.Tensor) -> Rows:
-        """Own rows of learner k plus (joint methods) every other agent's rows re-tokenised for k."""
+        """Own rows of learner k plus (joint methods) every other agent's rows re-tokenised for k, as the
+        method's sharing rule keeps them (all; none for XGRPO, whose baseline reads their rewards; SGT's
+        rescue set)."""
         learner = self.agents[k]
         sources = list(range(len(self.agents))) if self.method.joint else [k]
         parts = []
@@ -488,16 +489,11 @@ class LocalTrainer:
             for key in parts[0]
         }
         source = cat.pop("source")
-        cat["adv"] = self._advantages(k, rolls, sources, cat["prompt_index"], source, omegas)
-        return Rows(**cat)
-
-    def _advantages(self, k, rolls, sources: list[int], prompt_index, source, omegas) -> torch.Tensor:
-        """Per-prompt advantages of learner k; ``source`` is each row's position in ``sources``."""
         rewards = torch.cat([rolls[j].rewards for j in sources])
-        if not self.method.joint:
-            return row_advantages(rewards, prompt_index, source, 1)
-        n, learner, weights = len(sources), sources.index(k), omegas[k, sources]
-        return row_advantages(rewards, prompt_index, source, n, learner, weights, self.method.baseline)
+        pos, weights = sources.index(k), omegas[k, sources]
+        got = self.method.learner_rows(rewards, cat["prompt_index"], source, len(sources), pos, weights)
+        keep = torch.nonzero(got.keep).flatten()  # the method's sharing rule: XGRPO own rows, SGT rescues
+        return Rows(**{key: v[keep] for key, v in cat.items()}, adv=got.adv[keep])
 
     def _order(self, rows: Rows, k: int, step: int) -> torch.Tensor:
         order = minibatch_order(

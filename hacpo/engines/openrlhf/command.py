@@ -257,7 +257,8 @@ def joint_agent_args(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, k:
 
     The agent's own samples get GSPO's flags (HACPO's own term, §3.6); the cross term, advantages and
     stepwise bound are HACPO's trainer's (:mod:`.joint.actor`), which reads them from the run config. A
-    learner trains on n·B·G rows per step (own and cross), in mini-batches of ``minibatch_size``.
+    learner trains on n·B·G rows per step (own and cross; B·G for XGRPO and SGT: ``Method.rows_per_learner``),
+    in mini-batches of ``minibatch_size``.
     """
     layout = Layout(Path(layout.run_dir).resolve())
     method = cfg.resolved_method()
@@ -271,7 +272,7 @@ def joint_agent_args(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, k:
         )
     agent = cfg.agents[k]
     paths = layout.agent(agent.name)
-    rows = len(cfg.agents) * cfg.prompts_per_step * cfg.group_size
+    rows = method.rows_per_learner(cfg.prompts_per_step * cfg.group_size, len(cfg.agents))
     gpus = agent_gpus(cfg, opts)[k]
     args = _train_args(
         cfg, opts, agent, paths.prompts, paths.ckpt, paths.final, layout, rows, gpus, gspo=True,

@@ -179,7 +179,8 @@ class JointStep:
         return extras
 
     def rows_for(self, k: int, own: list[list], omegas: torch.Tensor) -> list:
-        """Learner k's rows: its own, plus (joint methods) every other agent's in k's token space."""
+        """Learner k's rows: its own, plus (joint methods) every other agent's in k's token space, as the
+        method's sharing rule keeps them (:func:`.rows.assign_advantages`)."""
         learner = self.stacks[k]
         rows = list(own[k])
         if self.method.joint:
@@ -196,8 +197,7 @@ class JointStep:
                 scored = learner.score([R.rollout_form(r) for r in cross])  # before any update (§5 order)
                 R.learner_old_logp(cross, scored)
             rows += cross
-        R.assign_advantages(rows, k, len(self.stacks), omegas, self.method)
-        return rows
+        return R.assign_advantages(rows, k, len(self.stacks), omegas, self.method)
 
 
 def rollout_seed(seed: int, step: int, agent: int) -> int:

@@ -24,7 +24,6 @@ import torch
 from openrlhf.trainer.ppo_utils.experience import Experience
 
 from hacpo.agents.retokenize import cross_tokens
-from hacpo.algo import row_advantages
 from hacpo.algo.methods import Method
 
 PROMPT_ID, SOURCE, IS_SELF = "hacpo/prompt_id", "hacpo/source", "hacpo/is_self"
@@ -248,12 +247,13 @@ def batchable(rows: Sequence[Experience]) -> list[Experience]:
 
 def assign_advantages(
     rows: Sequence[Experience], learner: int, n_agents: int, omegas, method: Method
-) -> None:
-    """Learner k's advantages on its rows (own + cross), grouped by prompt id and source (§3.2).
+) -> list[Experience]:
+    """Learner k's advantages on its rows (own + cross), grouped by prompt id and source (§3.2), and the rows
+    its update trains on under the method's sharing rule (:meth:`hacpo.algo.Method.learner_rows`: all of
+    them; XGRPO's own rows; SGT's own rows with the rescue set in place of the failed ones).
 
-    Joint methods: :func:`hacpo.algo.joint_advantages` with ω^(k,·) = ``omegas[k]`` and the method's
-    baseline; single-agent methods: :func:`hacpo.algo.group_advantages`. Written to ``info`` and, as OpenRLHF
-    expects, to ``advantages`` = ``returns`` on every response token.
+    Joint methods: ω^(k,·) = ``omegas[k]`` and the method's baseline; single-agent methods: the own group's.
+    Written to ``info`` and, as OpenRLHF expects, to ``advantages`` = ``returns`` on every response token.
     """
     if not rows:
         raise ValueError("no rows to compute advantages on")
@@ -264,17 +264,17 @@ def assign_advantages(
         raise ValueError(f"learner {learner} has no own rows among the rows (sources {sources})")
     pos = torch.tensor([sources.index(s) for s in src.tolist()])
     rewards = torch.stack([r.rewards.reshape(()) for r in rows]).to(torch.float32)
+    weights = None
     if method.joint:
         w = torch.as_tensor(omegas, dtype=torch.float64)
         if w.shape != (n_agents, n_agents):
             raise ValueError(f"omegas must be [{n_agents}, {n_agents}], got {tuple(w.shape)}")
-        k = sources.index(learner)
-        flat = row_advantages(rewards, pid, pos, len(sources), k, w[learner, sources], method.baseline)
-    else:
-        if len(sources) != 1:
-            raise ValueError(f"method {method.name!r} is single-agent but rows come from agents {sources}")
-        flat = row_advantages(rewards, pid, pos, 1)
-    for row, a in zip(rows, flat.tolist(), strict=True):
+        weights = w[learner, sources]
+    elif len(sources) != 1:
+        raise ValueError(f"method {method.name!r} is single-agent but rows come from agents {sources}")
+    got = method.learner_rows(rewards, pid, pos, len(sources), sources.index(learner), weights)
+    for row, a in zip(rows, got.adv.tolist(), strict=True):
         row.info[ADV] = _scalar(a)
         per_token = row.action_mask.to(torch.float32) * a
         row.advantages, row.returns = per_token, per_token.clone()
+    return [row for row, kept in zip(rows, got.keep.tolist(), strict=True) if kept]
