@@ -137,6 +137,7 @@ class TableSpec(_Spec):
     rows: list[TableRow] = Field(min_length=1)
     avg: bool = False  # accuracy: an AVG column over the benchmarks
     compare_to: str | None = None  # accuracy: bracketed HACPO − <method> differences
+    figure: bool = False  # accuracy: also draw each method's seeds per agent (write_table's figure)
     benchmark: str | None = None  # seeds, alpha: the one benchmark shown
     paper_block: str | None = None  # runtime, memory: the pair's paper block
 

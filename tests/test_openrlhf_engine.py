@@ -131,6 +131,12 @@ def test_joint_runs_get_one_openrlhf_stack_per_agent(tmp_path):
         joint_agent_args(cfg.model_copy(update={"minibatch_size": 1536}), cfg.openrlhf, layout, 0)
     naive = joint_run("q1p7b_q4b", "naive")  # the paper's Naive: self_old, each learner scores cross rows
     assert naive.naive_cross_ratio == "self_old" and joint_agent_args(naive, naive.openrlhf, layout, 0)
+    joint_agent_args(cfg.model_copy(update={"minibatch_size": 2048}), cfg.openrlhf, layout, 0)  # n·B·G rows
+    for name in ("xgrpo", "sgt"):  # the other sharing rules train on B·G rows (GSPO's): 1,024 here
+        rule = joint_run("q1p7b_q4b", name)
+        assert flags(joint_agent_args(rule, rule.openrlhf, layout, 0))["train.batch_size"] == ["512"]
+        with pytest.raises(ValueError, match="1024 sequences per step do not split into mini-batches"):
+            joint_agent_args(rule.model_copy(update={"minibatch_size": 2048}), rule.openrlhf, layout, 0)
 
 
 def test_joint_gpu_split_and_hybrid_placement(tmp_path):

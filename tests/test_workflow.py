@@ -425,6 +425,10 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
             tables / f"{name}.tex"
         ).stat().st_size
     assert (work / "results" / "ci" / "figures" / "figure2.png").stat().st_size > 10_000
+    # the sharing rules (issue 45): a table that draws itself, every rule's cells on both agents
+    rules = pd.read_csv(tables / "sharing_rules.csv")
+    assert set(rules["method"]) == {"gspo", "naive", "xgrpo", "sgt", "hacpo"} and rules["ours"].notna().all()
+    assert (work / "results" / "ci" / "figures" / "sharing_rules.png").stat().st_size > 10_000
     # the scorecard (issue 30): Table 6's two seeds give real intervals, each recomputed from the seeds CSV
     card, seeds = pd.read_csv(tables / "claims.csv"), pd.read_csv(tables / "claims_seeds.csv")
     assert set(card["verdict"]) <= set(stats.VERDICTS) and (card["n_seeds"] >= 2).sum() >= 3
@@ -439,7 +443,7 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     assert (work / "results" / "ci" / "figures" / "claims.png").stat().st_size > 10_000
     done = json.loads(run([sys.executable, "-m", "hacpo.cli", "status", "--configfile", str(configfile),
                            "--json"], cwd=work).stdout)  # fmt: skip
-    assert done["total"]["complete"] == done["total"]["runs"] == 10 and done["total"]["left_s"] == 0
+    assert done["total"]["complete"] == done["total"]["runs"] == 12 and done["total"]["left_s"] == 0
     for run_dir in runs.glob("*/*/*/seed*"):  # the live curves: every local run's, step for step
         assert_events_match_logs(run_dir)
     dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])

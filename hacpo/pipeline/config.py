@@ -303,6 +303,9 @@ class AccuracyTable(_Table):
     benchmarks: list[Id] | Literal["all"] = "all"
     compare_to: Id | None = None
     seeds: list[int] | None = None
+    # also draw it (figures/<name>.png): per agent, each method's mean ± std over seeds and every seed's value
+    # (the AVG over its benchmarks, or its one benchmark)
+    figure: bool = False
 
 
 class HyperTable(_Table):

@@ -405,10 +405,13 @@ class Pipeline:
             self.figure(name)
         return sorted(self._noted)
 
-    def table_names(self, kind: str, of_kind: bool = True) -> list[str]:
-        """The tables of ``kind`` (``of_kind=False``: of every other kind): the claims rule's and the table
-        rule's wildcard values."""
-        return [name for name, t in self.cfg.tables.items() if (t.kind == kind) == of_kind]
+    def table_names(self, rule: str) -> list[str]:
+        """The wildcard values of each table rule: ``claims`` (the scorecards), ``drawn`` (tables that draw
+        their own figure, ``figure: true``) and ``table`` (every other)."""
+        def rule_of(t) -> str:
+            return "claims" if t.kind == "claims" else "drawn" if getattr(t, "figure", False) else "table"
+
+        return [name for name, t in self.cfg.tables.items() if rule_of(t) == rule]
 
     def defaults(self, what: str) -> list[str]:
         """The tables or figures the default target builds (``default: false`` ones only when named)."""
@@ -427,6 +430,8 @@ class Pipeline:
             files = [f"{tables}.{ext}" for ext in ("csv", "md", "tex")]
             if self.cfg.tables[name].kind == "claims":  # + per-seed CSV, the report's page, the forest plot
                 files += [f"{tables}_seeds.csv", f"{tables}.rst", f"{self.results}/figures/{name}.png"]
+            elif name in self.table_names("drawn"):
+                files.append(f"{self.results}/figures/{name}.png")
             return files
         return [f"{self.results}/figures/{name}.png"]
 

@@ -31,6 +31,9 @@ LABELS = {
     "hacpo_no_omega": "HACPO − ω",
     "hacpo_no_stepwise": "HACPO no Stepwise",
     "hacpo_no_clip": "HACPO no Clip",
+    "xgrpo": "XGRPO",
+    "xgrpo_capability": "XGRPO (capability μ)",
+    "sgt": "SGT",
 }
 TABLE_TITLES = {
     "table1": "Table 1 — Main results across heterogeneity settings",
@@ -175,6 +178,7 @@ class Views:
                     evals = {b: [self.pipe.eval_file(t.eval, x, b) for x in targets] for b in benches}
                     rows.append(self._model_row(pair, model, evals, method))
         extra = {"compare_to": t.compare_to} if t.compare_to else {}
+        extra |= {"figure": True} if t.figure else {}
         return files, {
             "columns": self._bench_columns(benches),
             "avg": len(benches) > 1,

@@ -112,6 +112,40 @@ def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str 
     return buf.getvalue()
 
 
+def seeds_figure(data: pd.DataFrame, title: str = "", y_label: str = "accuracy") -> bytes:
+    """A drawn table's figure (``figure: true``): a panel per agent of each pair, each method's mean ± sample
+    std over seeds as a point with a bar, and every seed's value as a dot beside it. ``data``: one row per
+    (panel, method, seed) with ``value``; PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import seaborn as sns
+    from matplotlib.figure import Figure
+
+    panels = list(dict.fromkeys(data.panel))
+    methods = list(dict.fromkeys(data.method))
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(max(4.2, 0.9 * len(methods) + 1.5) * ncols, 3.4 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    palette = dict(zip(methods, sns.color_palette(n_colors=len(methods)), strict=True))
+    for ax, panel in zip(axes, panels, strict=False):
+        d = data[data.panel == panel]
+        sns.stripplot(d, x="method", y="value", hue="method", palette=palette, order=methods, alpha=0.45,
+                      size=4, jitter=0.12, legend=False, ax=ax)
+        sns.pointplot(d, x="method", y="value", hue="method", palette=palette, order=methods,
+                      errorbar="sd", linestyle="none", markers="D", capsize=0.2, legend=False, ax=ax)
+        ax.set(title=panel, xlabel="", ylabel=y_label)
+        ax.tick_params(axis="x", labelrotation=30)
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    return buf.getvalue()
+
+
 def write_figure(spec: dict, out_prefix: str | Path) -> list[Path]:
     """Write ``<prefix>.png`` and ``<prefix>.csv`` (the plotted points) atomically; returns the paths."""
     kind = _req(spec, "kind", "spec")

@@ -183,6 +183,23 @@ def accuracy_table(spec: dict) -> Table:
     if spec.get("avg"):
         headers.append("AVG")
     notes = []
+    figure = None
+    if spec.get("figure"):  # each seed's AVG (or its one column) per agent and method
+        points = [
+            {"panel": f"{row.get('block_label') or row.get('block', '')}: {labels[0]}", "method": labels[1],
+             "seed": i, "value": mean(vals) if len(vals) > 1 else vals[0]}
+            for (row, labels, _), (_, _, per_seed) in zip(items, grid, strict=True)
+            for i, vals in enumerate(zip(*per_seed, strict=True))
+        ]
+        y = "AVG accuracy" if spec.get("avg") else headers[0]
+
+        def figure() -> bytes:
+            import pandas as pd
+
+            from hacpo.report.figures import seeds_figure
+
+            return seeds_figure(pd.DataFrame(points), str(spec.get("title", "")), y)
+
     ref = spec.get("compare_to")
     if ref:
         by_key = {(r.get("block"), r.get("model"), r.get("method")): cells for r, _, cells in items}
@@ -194,7 +211,7 @@ def accuracy_table(spec: dict) -> Table:
                         c.extra = f" [{c.ours - o.ours:+.3f}]"
         name = next((r.get("label", ref) for r, _, _ in items if r.get("method") == ref), ref)
         notes.append(f"[x] = HACPO − {name} (ours, same model and pair).")
-    return Table(spec, ["model", "method"], headers, _group(items), notes)
+    return Table(spec, ["model", "method"], headers, _group(items), notes, figure=figure)
 
 
 def hyperparams_table(spec: dict) -> Table:

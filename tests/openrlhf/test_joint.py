@@ -148,8 +148,7 @@ def _buffer(agents, step, k: int, method) -> list[Experience]:
             rows += R.cross_rows(own[j], agents[j].tok, agents[k].tok, prompts, float(step.omegas[j, k]),
                                  MAX_NEW, MAX_LEN)  # fmt: skip
     random.Random(k).shuffle(rows)  # arrival order must not matter: groups come from prompt ids
-    R.assign_advantages(rows, k, len(agents), step.omegas, method)
-    return rows
+    return R.assign_advantages(rows, k, len(agents), step.omegas, method)  # the rows the method keeps
 
 
 # ---------------------------------------------------------------------------------------- rows
@@ -262,6 +261,32 @@ def test_a_filtered_prompt_leaves_the_other_groups_unchanged(agents, step):
     assert sorted((key(r), float(r.info[R.ADV])) for r in kept) == want
 
 
+@pytest.mark.parametrize("name", ["xgrpo", "xgrpo_capability", "sgt"])
+def test_sharing_rules_keep_the_rows_and_advantages_of_hacpo_algo(agents, step, name):
+    """XGRPO and SGT on Experience rows (issue 45): the rows kept and their advantages are
+    ``Method.learner_rows``'s (the local engine's function), and a learner keeps GSPO's row count."""
+    method, k = get_method(name), 0
+    rows = _buffer(agents, step, k, get_method("hacpo"))
+    for r in rows:  # prompt 0: the learner failed every answer, agent 1 solved them all (a rescue case)
+        if int(r.info[R.PROMPT_ID]) == 0:
+            r.rewards = torch.tensor([0.0 if int(r.info[R.SOURCE]) != 1 else 1.0])
+    kept = R.assign_advantages(rows, k, len(agents), step.omegas, method)
+    column = lambda key: torch.tensor([float(r.info[key]) for r in rows])  # noqa: E731
+    rewards = torch.tensor([float(r.rewards) for r in rows])
+    want = method.learner_rows(rewards, column(R.PROMPT_ID).long(), column(R.SOURCE).long(), len(agents), k,
+                               step.omegas[k])  # fmt: skip
+    assert [id(r) for r in kept] == [id(r) for r, keep in zip(rows, want.keep.tolist(), strict=True) if keep]
+    assert column(R.ADV).tolist() == pytest.approx(want.adv.tolist(), abs=1e-6)
+    assert len(kept) == len(step.own[k])
+    cross = [r for r in kept if int(r.info[R.IS_SELF]) == 0]
+    if name == "sgt":
+        on_0 = [int(r.info[R.SOURCE]) for r in cross if int(r.info[R.PROMPT_ID]) == 0]
+        assert on_0 == [1] * G  # prompt 0's rescue set: agent 1's G successes
+        assert all(float(r.rewards) == 1.0 and float(r.info[R.ADV]) == 1.0 for r in cross)
+    else:
+        assert not cross
+
+
 def test_grouping_refuses_incomplete_groups(agents, step):
     rows = _buffer(agents, step, 0, get_method("hacpo"))[1:]
     with pytest.raises(ValueError, match="same, non-zero number of responses"):
@@ -335,6 +360,47 @@ def _trainer(actor, rows, spec, gas: int, micro: int, order="mixed") -> HacpoAct
     return trainer
 
 
+def _fit_matches_hacpo_algo(trainer, steps, actor, spec) -> list[dict]:
+    """Run the trainer's fit: each optimizer step's accumulated gradient and merged metrics are
+    hacpo.algo.policy_loss's on that step's rows at its m; returns the updates' metrics."""
+    updates = trainer.ppo_train()
+    assert [u["update"] for u in updates] == list(range(len(steps)))
+    assert len(trainer.strategy.step_grads) == len(steps)
+    for (micro, m), got in zip(steps, trainer.strategy.step_grads, strict=True):
+        step_rows = [r for mb in micro for r in split_experience_batch(mb)]
+        step_rows = remove_padding_in_sequences(step_rows)
+        actor.zero_grad(set_to_none=True)
+        loss, full = _full_step_loss(actor, step_rows, spec, m)
+        loss.backward()
+        want = _grads(actor)
+        actor.zero_grad(set_to_none=True)
+        assert torch.allclose(got, want, atol=1e-7, rtol=1e-5), (m, float((got - want).abs().max()))
+        assert float(want.abs().max()) > 0
+        for key in ("loss", "kl", "own_rows", "s_homo_mean", "cross_in_bounds_frac", "rescue_rows"):
+            if key in full:  # merged = whole's
+                assert updates[m][key] == pytest.approx(full[key], abs=1e-6), (m, key)
+    return updates
+
+
+@pytest.mark.parametrize("name", ["xgrpo", "sgt"])
+def test_sharing_rules_training_step_gradient_equals_hacpo_algo(agents, step, name):
+    """XGRPO and SGT on HACPO's OpenRLHF trainer: 16 rows per learner (GSPO's count), micro-batches of 2, 2
+    per optimizer step → 4 steps, each the gradient of hacpo.algo.policy_loss (SGT: own rows GSPO, rescue
+    rows −A·∇ mean log π)."""
+    method = get_method(name)
+    spec = method.loss_spec(kl_beta=1e-3)
+    actor = agents[0].actor
+    rows = _buffer(agents, step, 0, method)
+    assert len(rows) == len(step.own[0])
+    rescued = [r for r in rows if int(r.info[R.IS_SELF]) == 0]
+    assert bool(rescued) == (name == "sgt")  # the fixture's learner 0 failed a prompt agent 1 or 2 solved
+    trainer = _trainer(actor, rows, spec, gas=2, micro=2, order="mixed")
+    steps = trainer.steps()
+    assert [m for _, m in steps] == [0, 1, 2, 3]
+    updates = _fit_matches_hacpo_algo(trainer, steps, actor, spec)
+    assert sum(u.get("rescue_rows", 0.0) for u in updates) == len(rescued)
+
+
 @pytest.mark.parametrize("name", ["hacpo", "naive", "hacpo_no_clip"])
 @pytest.mark.parametrize("order", ["mixed", "self_first", "agent_order"])
 def test_training_step_gradient_equals_hacpo_algo_per_optimizer_step(agents, step, name, order):
@@ -360,24 +426,9 @@ def test_training_step_gradient_equals_hacpo_algo_per_optimizer_step(agents, ste
             for a, p in zip(R.info_column(mb, R.SOURCE), R.info_column(mb, R.PROMPT_ID), strict=True)
         ]  # fmt: skip
         assert keys == sorted(keys) and len({a for a, _ in keys}) == len(agents)
-    updates = trainer.ppo_train()
-    assert [u["update"] for u in updates] == [0, 1, 2, 3]
+    updates = _fit_matches_hacpo_algo(trainer, steps, actor, spec)
     assert [u["rows"] for u in updates] == [12] * 4  # each update's micro-batches merged (shares summed)
     status = aggregate(updates)
-    assert len(trainer.strategy.step_grads) == 4
-    for (micro, m), got in zip(steps, trainer.strategy.step_grads, strict=True):
-        step_rows = [r for mb in micro for r in split_experience_batch(mb)]
-        step_rows = remove_padding_in_sequences(step_rows)
-        actor.zero_grad(set_to_none=True)
-        loss, full = _full_step_loss(actor, step_rows, spec, m)
-        loss.backward()
-        want = _grads(actor)
-        actor.zero_grad(set_to_none=True)
-        assert torch.allclose(got, want, atol=1e-7, rtol=1e-5), (m, float((got - want).abs().max()))
-        assert float(want.abs().max()) > 0
-        for key in ("loss", "kl", "own_rows", "s_homo_mean", "cross_in_bounds_frac"):  # merged = whole's
-            if key in full:
-                assert updates[m][key] == pytest.approx(full[key], abs=1e-6), (m, key)
     assert status["updates"] == 4 and "s_homo_mean" in status and "kl" in status
     if method.loss == "hacpo" and method.cross_clip == "stepwise":
         assert 0 < status["cross_in_bounds_frac"] < 1

@@ -26,7 +26,8 @@ wildcard_constraints:
     kind="single|joint",
     group="|".join([*PIPE.cfg.models, *PIPE.cfg.pairs]),
     setting="|".join(PIPE.cfg.eval_settings),
-    table="|".join(PIPE.table_names("claims", False)) or "none",
+    table="|".join(PIPE.table_names("table")) or "none",
+    drawn="|".join(PIPE.table_names("drawn")) or "none",
     claims="|".join(PIPE.table_names("claims")) or "none",
     figure="|".join(PIPE.cfg.figures) or "none",
     method="[a-z][a-z0-9_]*",
@@ -65,6 +66,14 @@ def table_inputs(wildcards):
 
 def table_spec(wildcards):
     return as_json(PIPE.table(wildcards.table)[1])
+
+
+def drawn_inputs(wildcards):
+    return PIPE.table(wildcards.drawn)[0]
+
+
+def drawn_spec(wildcards):
+    return as_json(PIPE.table(wildcards.drawn)[1])
 
 
 def claims_inputs(wildcards):

@@ -28,6 +28,39 @@ rule table:
         " && hacpo report table --spec @{log.spec} --out-prefix {params.prefix} > {log.main} 2>&1"
 
 
+# A table that draws itself (`figure: true`): each method's seeds per agent beside the table.
+rule drawn_table:
+    input:
+        drawn_inputs,
+    output:
+        csv=report(
+            "<results>/tables/{drawn}.csv",
+            category="Tables",
+            labels={"table": "{drawn}", "format": "csv"},
+        ),
+        md="<results>/tables/{drawn}.md",
+        tex="<results>/tables/{drawn}.tex",
+        png=report(
+            "<results>/figures/{drawn}.png",
+            category="Figures",
+            labels={"figure": "{drawn}"},
+        ),
+    log:
+        main="<results>/logs/tables/{drawn}.log",
+        spec="<results>/logs/tables/{drawn}.spec.json",
+    localrule: True
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        spec=drawn_spec,
+        prefix=subpath(output.md, strip_suffix=".md"),
+        figure=subpath(output.png, strip_suffix=".png"),
+    shell:
+        "printf %s {params.spec:q} > {log.spec}"
+        " && hacpo report table --spec @{log.spec} --out-prefix {params.prefix}"
+        " --figure-prefix {params.figure} > {log.main} 2>&1"
+
+
 # The scorecard of the paper's claims (paired seeds, intervals, a verdict per claim; docs/statistics.md).
 rule scorecard:
     input:

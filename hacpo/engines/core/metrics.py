@@ -15,7 +15,7 @@ from hacpo.algo.losses import cross_bounds
 from hacpo.runio import Update
 
 # A part's share: the parts add up to the whole (hacpo.algo.policy_loss with n_total / own_tokens set).
-SUMMED = {"loss", "pg_loss", "kl", "rows", "own_rows"}
+SUMMED = {"loss", "pg_loss", "kl", "rows", "own_rows", "rescue_rows"}
 
 
 def _weight(key: str, n: float, metrics: dict) -> float:
