@@ -332,7 +332,7 @@ BAD = [
     (
         "tables.table5.method",
         "gspo",
-        "tables.table5.method: 'gspo' is single-agent; s_hete needs a joint method",
+        "tables.table5.method: 'gspo' trains on no peer rows, so it has no s_hete",
     ),
     (
         "tables.table6.benchmark",

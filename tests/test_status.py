@@ -99,20 +99,20 @@ def test_a_config_none_of_whose_runs_started(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     runs = workflow_status(Pipeline(cfg))
-    assert len(runs) == 10 and {r.state for r in runs} == {"planned"}
+    assert len(runs) == 12 and {r.state for r in runs} == {"planned"}
     assert main(["status", "--configfile", str(ROOT / "config" / "ci.yaml"), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["total"] == {
-        "runs": 10,
+        "runs": 12,
         "complete": 0,
-        "planned": 10,
+        "planned": 12,
         "running": 0,
         "interrupted": 0,
         "failed": 0,
         "stale": 0,
-        "left": 10,
+        "left": 12,
         "left_s": None,
-        "left_s_unknown": 10,
+        "left_s_unknown": 12,
     }
     assert not (tmp_path / "results").exists()  # status writes nothing, not even a results folder
 

@@ -85,12 +85,15 @@ def test_default_config_dry_run_resolves_every_table(tmp_path):
     }
     # the opt-in full scorecard: five seeds for every claim, reusing every run of the default target
     full = job_counts(ROOT / "config" / "config.yaml", tmp_path, targets=("claims_full",))
-    assert full["scorecard"] == 1 and full["train"] == 130  # 84 new runs + 46 of the default target's
+    assert full["scorecard"] == 1 and full["train"] == 150  # 104 new runs + 46 of the default target's
     # the opt-in order sensitivity (default: false): only when named, with exactly its runs
     named = job_counts(ROOT / "config" / "config.yaml", tmp_path, targets=("order_sensitivity",))
     assert named["train"] == 20 and named["table"] == 1  # 4 HACPO variants × 5 seeds
     assert named["evaluate"] == 40  # both agents of each run
     assert "figure" not in named and "collect_profiles" not in named
+    # the opt-in sharing rules (issue 45): a table that draws itself, over its own runs only
+    rules = job_counts(ROOT / "config" / "config.yaml", tmp_path, targets=("sharing_rules",))
+    assert (rules["train"], rules["evaluate"], rules["drawn_table"]) == (65, 115, 1) and "table" not in rules
 
 
 def test_a_spec_larger_than_one_command_argument_reaches_its_job(tmp_path):

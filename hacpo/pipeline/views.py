@@ -417,9 +417,11 @@ class Views:
         return self._default_files_and_runs[1]
 
     def _decide_command(self, t) -> str:
-        """What trains the seeds a one-seed row lacks: a scorecard of the same claims over several seeds."""
+        """What trains the seeds a one-seed row lacks: a scorecard of the same claims (and maybe more) over
+        several seeds."""
         for name, other in self.cfg.tables.items():
-            if other.kind == "claims" and other.claims == t.claims and len(other.seeds or []) > 1:
+            same = other.kind == "claims" and all(other.claims.get(k) == c for k, c in t.claims.items())
+            if same and len(other.seeds or []) > 1:
                 return f"snakemake {name}"
         name = next(n for n, x in self.cfg.tables.items() if x is t)
         return f"set tables.{name}.seeds (e.g. [0, 1, 42, 1337, 3407]) and run snakemake {name}"

@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hacpo.report.files import read_rows
-from hacpo.report.tables import _req
+from hacpo.report.files import read_rows, required
 from hacpo.runio import Update, Validation, atomic_write_bytes, atomic_write_text
 from hacpo.specs import LINE_LOGS, FigureSpec, checked
 
@@ -30,12 +29,12 @@ UPDATE_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", 
 
 def _line_rows(spec: dict, files: str, agent_field: str):
     """(panel index, line, seed, where, row) for every row of every line's ``files`` of its panel's agent."""
-    for pi, panel in enumerate(_req(spec, "panels", "spec")):
+    for pi, panel in enumerate(required(spec, "panels", "spec")):
         agent = panel.get("agent")
-        for line in _req(panel, "lines", f"panel {pi}"):
+        for line in required(panel, "lines", f"panel {pi}"):
             where = f"panel {pi} ({panel.get('title', '')}), line {line.get('label', line.get('method'))!r}"
             a = line.get("agent", agent)
-            if not _req(line, files, where):
+            if not required(line, files, where):
                 raise ValueError(f"{where}: {files!r} is empty")
             for seed, path in enumerate(line[files]):
                 got = [r for r in read_rows(path, where) if a is None or r.get(agent_field) == a]
@@ -148,7 +147,7 @@ def seeds_figure(data: pd.DataFrame, title: str = "", y_label: str = "accuracy")
 
 def write_figure(spec: dict, out_prefix: str | Path) -> list[Path]:
     """Write ``<prefix>.png`` and ``<prefix>.csv`` (the plotted points) atomically; returns the paths."""
-    kind = _req(spec, "kind", "spec")
+    kind = required(spec, "kind", "spec")
     if kind not in KINDS:
         raise ValueError(f"spec: unknown figure kind {kind!r} (known: {sorted(KINDS)})")
     spec = checked(FigureSpec, spec)

@@ -27,3 +27,10 @@ def read_rows(path: str | Path, where: str) -> list[dict]:
         return read_jsonl(p)
     except ValueError as err:
         raise ValueError(f"{where}: {err}") from err
+
+
+def required(d: dict, key: str, where: str):
+    """``d[key]``; a missing key (or a ``d`` that is no mapping) is an error naming ``where``."""
+    if not isinstance(d, dict) or key not in d:
+        raise ValueError(f"{where}: missing key {key!r}")
+    return d[key]

@@ -21,6 +21,7 @@ from statistics import mean, stdev
 
 from hacpo.report import claims
 from hacpo.report.files import read_json, read_rows
+from hacpo.report.files import required as _req
 from hacpo.report.paper import paper_value
 from hacpo.runio import Metric, atomic_write_bytes, atomic_write_text
 from hacpo.specs import TableSpec, checked
@@ -89,12 +90,6 @@ class Table:
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-def _req(d: dict, key: str, where: str):
-    if not isinstance(d, dict) or key not in d:
-        raise ValueError(f"{where}: missing key {key!r}")
-    return d[key]
 
 
 def _mean_std(vals: list[float]) -> tuple[float | None, float | None]:
