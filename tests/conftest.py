@@ -28,7 +28,7 @@ SLURM_PRECONDITION_MISSING = 3  # slurm-up.sh's exit status when root, apt-get o
 torch.set_num_threads(1)
 
 # The device the device-sensitive tests (tests/test_local_engine.py) train on: HACPO_TEST_DEVICE=cuda on a
-# GPU machine (README: "On a GPU box"); cpu everywhere else, CI included. Checked once here.
+# GPU machine (docs/guide/gpus.md: "On a GPU box"); cpu everywhere else, CI included. Checked once here.
 _TEST_DEVICE = os.environ.get("HACPO_TEST_DEVICE", "cpu")
 if _TEST_DEVICE not in ("cpu", "cuda"):
     raise pytest.UsageError(f"HACPO_TEST_DEVICE={_TEST_DEVICE!r}: use cpu or cuda")

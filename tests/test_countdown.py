@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -93,8 +94,11 @@ def test_countdown_config_end_to_end_at_ci_size(tmp_path):
     res = work / "results" / "countdown"
     table = (res / "tables" / "table1.md").read_text()
     assert "Countdown (greedy)" in table and "HACPO" in table
-    card = (res / "tables" / "claims.csv").read_text()
-    assert "hacpo_beats_gspo_x2" in card
+    # a task the paper never ran: our numbers only, no paper value beside them (issue 46, item 5)
+    assert "paper" not in table.replace("not a paper number", "")
+    assert pd.read_csv(res / "tables" / "table1.csv")["paper"].isna().all()
+    card = pd.read_csv(res / "tables" / "claims.csv")
+    assert "hacpo_beats_gspo_x2" in set(card["claim"]) and card["paper_diff"].isna().all()
     runs = list((res / "runs").glob("*/*/*/seed0/metrics.jsonl"))
     assert len(runs) == 6
     for path in runs:  # the verifier scored every rollout, and never failed

@@ -3,7 +3,7 @@
 Every tensor that training, generation, the shared-prefix encoder, evaluation and warm-up create must live
 on the run's device: a GPU run fails at the first op that mixes a host tensor with device tensors. Here the
 run's device is a virtual one (``cpu:0``), and :class:`VirtualDevice` records each op that CUDA would refuse.
-The CUDA run itself is ``HACPO_TEST_DEVICE=cuda`` (README, "One GPU").
+The CUDA run itself is ``HACPO_TEST_DEVICE=cuda`` (docs/guide/gpus.md, "One GPU").
 """
 
 from __future__ import annotations

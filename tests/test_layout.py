@@ -1,5 +1,6 @@
-"""The layout the README promises exists in a fresh clone: every top-level folder and file is tracked, so
-`git clone` makes it (results/ holds only its README; git ignores everything the pipeline writes there)."""
+"""The layout the docs promise (docs/guide/workflow.md) exists in a fresh clone: every top-level folder and
+file is tracked, so `git clone` makes it (results/ holds only its README; git ignores everything the
+pipeline writes there)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYOUT = ["workflow", "config", "hacpo", "envs", "results", "tests", "Snakefile", "pyproject.toml"]
+LAYOUT = ["workflow", "config", "hacpo", "envs", "results", "tests", "Snakefile", "pyproject.toml", "docs",
+          "mkdocs.yml", "LICENSE", "CITATION.cff", "README.md"]
 
 
 @pytest.mark.skipif(not (ROOT / ".git").exists() or not shutil.which("git"), reason="needs the git checkout")

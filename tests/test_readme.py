@@ -1,6 +1,6 @@
-"""The README's commands work as typed: every ``hacpo`` line parses with the real command-line parser, every
-repository file a command names exists, and the walk-through's steps fit together (the run config it trains
-is the one it shows, and the checkpoint it evaluates is the one that run writes)."""
+"""The commands of the README and the documentation work as typed: every ``hacpo`` line parses with the real
+command-line parser, every repository file a command names exists, and the walk-through's steps fit together
+(the run config it trains is the one it shows, and the checkpoint it evaluates is the one that run writes)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,16 @@ from hacpo.config import load_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+PAGES = {p: p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]}
+WALKTHROUGH = (ROOT / "docs" / "guide" / "python.md").read_text()
 REPO_DIRS = ("config/", "tests/", "profiles/", "scripts/", "workflow/", "benchmarks/")
 
 
 def commands() -> list[list[str]]:
-    """Each command of the README's bash blocks as argv (comments dropped, ``&&`` chains split)."""
+    """Each command of the README's and the documentation's bash blocks as argv (comments dropped, ``&&``
+    chains split)."""
     out = []
-    for block in re.findall(r"```bash\n(.*?)```", README, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", "\n".join(PAGES.values()), re.S):
         for line in block.splitlines():
             argv: list[str] = []
             for token in [*shlex.split(line, comments=True), "&&"]:
@@ -40,10 +43,17 @@ def commands() -> list[list[str]]:
 COMMANDS = commands()
 
 
-def test_the_readme_has_its_commands():
+def test_the_readme_has_its_two_commands_and_the_docs_the_rest():
     programs = {Path(a[0]).name for a in COMMANDS}
     assert {"hacpo", "snakemake", "bash", "source"} <= programs
     assert sum(a[0] == "hacpo" for a in COMMANDS) >= 8
+    two = re.findall(r"```bash\n(.*?)```", README, re.S)[:2]
+    setup = "bash scripts/setup_env.sh && "
+    assert two == [
+        setup + ".venv/bin/snakemake --report results/config/report.html --report-after-run\n",
+        setup + ".venv/bin/python -m pytest -q\n",
+    ]
+    assert len(README.splitlines()) <= 150  # the front door: the depth is in docs/
 
 
 @pytest.mark.parametrize("argv", [a for a in COMMANDS if a[0] == "hacpo"], ids=lambda a: " ".join(a[:2]))
@@ -60,12 +70,12 @@ def test_named_repository_files_exist():
             path = token.split(":")[0]  # config/agents/toy.yaml:small names an entry of a file
             if path.startswith(REPO_DIRS):
                 assert (ROOT / path).exists(), f"`{' '.join(argv)}` names {path}, which does not exist"
-    for name in re.findall(r"config/agents/toy\.yaml:(\w+)", README):
+    for name in re.findall(r"config/agents/toy\.yaml:(\w+)", "\n".join(PAGES.values())):
         assert name in yaml.safe_load((ROOT / "config/agents/toy.yaml").read_text()), name
 
 
 def test_walkthrough_run_config_is_the_one_shown_and_its_checkpoint_is_evaluated():
-    shown = re.search(r"```yaml\n(.*?)```", README[README.index("## Using HACPO") :], re.S).group(1)
+    shown = re.search(r"```yaml\n(.*?)```", WALKTHROUGH, re.S).group(1)
     shipped = ROOT / "config/runs/hacpo-small-big.yaml"
     assert yaml.safe_load(shown) == yaml.safe_load(shipped.read_text())
     cfg = load_train_config(str(shipped))

@@ -123,7 +123,7 @@ def seeds_figure(data: pd.DataFrame, title: str = "", y_label: str = "accuracy")
 
     panels = list(dict.fromkeys(data.panel))
     methods = list(dict.fromkeys(data.method))
-    ncols = min(3, len(panels))
+    ncols = 2 if len(panels) in (2, 4) else min(3, len(panels))  # a pair's two agents side by side
     nrows = math.ceil(len(panels) / ncols)
     fig = Figure(figsize=(max(4.2, 0.9 * len(methods) + 1.5) * ncols, 3.4 * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
