@@ -38,6 +38,7 @@ def copy_atomic(src: Path, dst: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.")
     os.close(fd)
     shutil.copyfile(src, tmp)
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 would make a private file of a published figure
     os.replace(tmp, dst)
 
 

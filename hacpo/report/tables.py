@@ -504,7 +504,7 @@ def _caption(table: Table) -> list[str]:
     spec = table.spec
     out = [spec["note"]] if spec.get("note") else []
     out += table.notes
-    if spec.get("paper_table"):
+    if spec.get("paper_table") and any(c.paper is not None for c in table.cells):  # a task of your own: none
         out.append(f"Paper: {spec['paper_table']}. " + (
             "(Δ x) = ours − paper." if spec.get("paper_delta") else
             "(paper x) = the paper's value, for reference only (different scale; no delta)."))
