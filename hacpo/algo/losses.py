@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -24,7 +24,7 @@ from .ratios import (
 )
 
 LossKind = Literal["grpo", "gspo", "naive", "hacpo", "sgt"]
-LOSS_KINDS: tuple[str, ...] = ("grpo", "gspo", "naive", "hacpo", "sgt")
+LOSS_KINDS: tuple[str, ...] = get_args(LossKind)
 CrossClip = Literal["stepwise", "static", "none"]
 
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 import torch
 
-from .losses import LossSpec
+from .losses import LossKind, LossSpec
 from .sharing import Sharing, learner_rows
 
 Baseline = Literal["capability", "joint_mean", "own_mean"]
@@ -23,7 +23,7 @@ Baseline = Literal["capability", "joint_mean", "own_mean"]
 @dataclass(frozen=True)
 class Method:
     name: str
-    loss: Literal["grpo", "gspo", "naive", "hacpo", "sgt"]
+    loss: LossKind
     joint: bool = False  # learns from the other agents' rollouts (their rows, rewards or successes)
     # what a joint learner takes from its peers (hacpo.algo.sharing): their rows (Naive, HACPO), their rewards
     # in its baseline only (XGRPO), or their verified successes on the prompts it failed (SGT)

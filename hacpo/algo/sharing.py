@@ -17,7 +17,7 @@ Inputs are flat rows in any order, grouped by prompt id and source (:func:`~.adv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
@@ -25,7 +25,7 @@ from ._checks import as_float
 from .advantages import group_by_prompt, row_advantages
 
 Sharing = Literal["rollouts", "baseline", "successes"]
-SHARING_RULES: tuple[str, ...] = ("rollouts", "baseline", "successes")
+SHARING_RULES: tuple[str, ...] = get_args(Sharing)
 SUCCESS = 1.0  # a verified success: the verifier's full reward (rewards are 0/1)
 
 

@@ -78,20 +78,36 @@ KINDS = {  # figure kind → (its points, the x column, the x label)
 }
 
 
-def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str = "Training steps") -> bytes:
-    """A grid of panels (at most 3 columns), one seaborn line per method; PNG bytes."""
+def _panel_grid(n: int, ncols: int, width: float, height: float):
+    """A figure of ``n`` panels in rows of ``ncols`` (each ``width`` × ``height`` inches), and its axes."""
     import matplotlib
 
     matplotlib.use("Agg")
-    import seaborn as sns
     from matplotlib.figure import Figure
+
+    nrows = math.ceil(n / ncols)
+    fig = Figure(figsize=(width * ncols, height * nrows), layout="constrained")
+    return fig, fig.subplots(nrows, ncols, squeeze=False).ravel()
+
+
+def _png(fig, unused_axes, title: str | None) -> bytes:
+    """The figure as PNG bytes (120 dpi), its spare panels hidden and its title on top."""
+    for ax in unused_axes:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
+    return buf.getvalue()
+
+
+def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str = "Training steps") -> bytes:
+    """A grid of panels (at most 3 columns), one seaborn line per method; PNG bytes."""
+    import seaborn as sns
     from matplotlib.ticker import MaxNLocator
 
     panels = spec["panels"]
-    ncols = min(3, len(panels))
-    nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(4.2 * ncols, 3.3 * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    fig, axes = _panel_grid(len(panels), min(3, len(panels)), 4.2, 3.3)
     labels = list(dict.fromkeys(data.line))  # one colour per method across all panels
     palette = dict(zip(labels, sns.color_palette(n_colors=len(labels)), strict=True))
     for pi, (ax, panel) in enumerate(zip(axes, panels, strict=False)):
@@ -102,31 +118,19 @@ def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str 
         ax.set(title=panel.get("title", ""), xlabel=x_label, ylabel=spec.get("y_label", "accuracy"))
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and updates are counts
         ax.legend(title=None, fontsize="small")
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-    if spec.get("title"):
-        fig.suptitle(spec["title"])
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    return buf.getvalue()
+    return _png(fig, axes[len(panels):], spec.get("title"))
 
 
 def seeds_figure(data: pd.DataFrame, title: str = "", y_label: str = "accuracy") -> bytes:
     """A drawn table's figure (``figure: true``): a panel per agent of each pair, each method's mean ± sample
     std over seeds as a point with a bar, and every seed's value as a dot beside it. ``data``: one row per
     (panel, method, seed) with ``value``; PNG bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
     import seaborn as sns
-    from matplotlib.figure import Figure
 
     panels = list(dict.fromkeys(data.panel))
     methods = list(dict.fromkeys(data.method))
     ncols = 2 if len(panels) in (2, 4) else min(3, len(panels))  # a pair's two agents side by side
-    nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(max(4.2, 0.9 * len(methods) + 1.5) * ncols, 3.4 * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    fig, axes = _panel_grid(len(panels), ncols, max(4.2, 0.9 * len(methods) + 1.5), 3.4)
     palette = dict(zip(methods, sns.color_palette(n_colors=len(methods)), strict=True))
     for ax, panel in zip(axes, panels, strict=False):
         d = data[data.panel == panel]
@@ -136,13 +140,7 @@ def seeds_figure(data: pd.DataFrame, title: str = "", y_label: str = "accuracy")
                       errorbar="sd", linestyle="none", markers="D", capsize=0.2, legend=False, ax=ax)
         ax.set(title=panel, xlabel="", ylabel=y_label)
         ax.tick_params(axis="x", labelrotation=30)
-    for ax in axes[len(panels):]:
-        ax.set_visible(False)
-    if title:
-        fig.suptitle(title)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    return buf.getvalue()
+    return _png(fig, axes[len(panels):], title)
 
 
 def write_figure(spec: dict, out_prefix: str | Path) -> list[Path]:
