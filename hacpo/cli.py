@@ -74,6 +74,28 @@ def cmd_build_agent(args) -> int:
     return 0
 
 
+def cmd_warm_model(args) -> int:
+    """An imported model warmed by a short SFT on the task's train split (cached on base, spec and data)."""
+    from hacpo.agents.warmup import ModelWarmup, warm_model
+    from hacpo.data.synthetic import read_jsonl
+    from hacpo.runio import json_arg
+
+    spec = ModelWarmup(**json_arg(args.spec, "--spec"))
+    splits = {}
+    for name, f in (("train", args.train), ("dev", args.dev)):
+        if not Path(f).is_file():
+            raise FileNotFoundError(f"--{name}: {f!r} does not exist (write it with `hacpo data`)")
+        splits[name] = read_jsonl(f, as_problems=True)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    info = warm_model(spec, args.base, args.out, splits)
+    w = info["warmup"]
+    keys = ("dev_acc_start", "dev_acc", "steps", "wall_s")
+    print(json.dumps({"path": args.out, "cached": info["cached"], **{k: w[k] for k in keys}}, indent=2))
+    return 0
+
+
 def cmd_import_model(args) -> int:
     """A model source (GGUF file or package, HF directory, pinned Hub repo) → an HF directory (cached)."""
     from hacpo.agents.sources import import_model
@@ -296,6 +318,15 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     i.add_argument("--out", required=True, help="the model directory to write")
     i.set_defaults(func=cmd_import_model)
+
+    wm = sub.add_parser("warm-model", help="warm an imported model by a short SFT (cached)")
+    wm.add_argument("--spec", required=True, help="JSON (or @file): hacpo.agents.warmup.ModelWarmup's fields")
+    wm.add_argument("--base", required=True, help="the imported model's directory (hacpo import-model)")
+    wm.add_argument("--train", required=True, help="SFT problems (JSONL)")
+    wm.add_argument("--dev", required=True, help="dev problems (JSONL): greedy accuracy along the way")
+    wm.add_argument("--out", required=True, help="the warmed model's directory")
+    wm.add_argument("--threads", type=int, default=2)
+    wm.set_defaults(func=cmd_warm_model)
 
     t = sub.add_parser("train", help="train one run (resumes from its last checkpoint)")
     t.add_argument("config", help="YAML/JSON run config file, or inline JSON (see hacpo.config.TrainConfig)")

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from hacpo.reward.custom import CustomReward
 
 TableKind = Literal["accuracy", "hyperparams", "ratio_stats", "seeds", "runtime", "memory", "alpha", "claims"]
-FigureKind = Literal["curves", "updates"]
+FigureKind = Literal["curves", "updates", "steps"]
 
 
 class _Spec(BaseModel):
@@ -159,6 +159,7 @@ class TableSpec(_Spec):
 LINE_LOGS: dict[str, tuple[str, str]] = {
     "curves": ("validations", "validation.jsonl"),
     "updates": ("updates", "updates.jsonl"),
+    "steps": ("metrics", "metrics.jsonl"),
 }
 
 
@@ -166,14 +167,16 @@ class FigureLine(_Spec):
     label: str | None = None
     method: str = ""
     agent: str | None = None  # default: the panel's
-    metric: str | None = None  # curves: the validation field (default acc)
+    metric: str | None = None  # curves: the validation field (default acc); steps: the agent's field
     validations: list[str] | None = None  # curves: each seed's validation.jsonl
     updates: list[str] | None = None  # updates: each seed's updates.jsonl
+    metrics: list[str] | None = None  # steps: each seed's metrics.jsonl
 
 
 class FigurePanel(_Spec):
     title: str = ""
     agent: str | None = None
+    y_label: str | None = None  # default: the figure's
     lines: list[FigureLine] = Field(min_length=1)
 
 

@@ -183,6 +183,32 @@ def test_identical_agents_give_unit_cross_ratio(tmp_path, toy_data, small_agent)
     assert row["a/s_homo_mean"] == pytest.approx(1.0, abs=RATIO_TOL)
 
 
+def test_a_sampling_temperature_trains_the_tempered_policy(tmp_path, toy_data, small_agent):
+    """At temperature T every log-prob the trainer computes is of softmax(z / T), the distribution the
+    sampler drew from: with the sampler's own log-probs as π_old, the first update's ratios are 1 (they are
+    not with untempered training passes), for own and cross rows alike."""
+    cfg = _cfg(
+        tmp_path, [("a", small_agent), ("b", small_agent)], "hacpo", data=toy_data, steps=1,
+        minibatch_size=32, kl_beta=0.0, temperature=0.5, old_logp="sampler",
+    )  # fmt: skip
+    row = LocalTrainer(cfg).train_step(0).row
+    assert row["a/updates"] == 1
+    for key in ("s_homo_min", "s_homo_max", "s_hete_min", "s_hete_max"):
+        assert row[f"a/{key}"] == pytest.approx(1.0, abs=RATIO_TOL), key
+    # the step's summed advantages, own and cross rows (the weak-partner logs of issue 44)
+    assert {"a/own_adv_sum", "a/cross_adv_sum", "b/own_adv_sum"} <= set(row)
+
+
+def test_gspo_own_advantages_sum_to_zero_per_step(tmp_path, toy_data, small_agent):
+    """GSPO's group-normalised advantages sum to 0 over a group, so a step's own_adv_sum, summed over its
+    updates (two mini-batches here), is 0."""
+    cfg = _cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=1, minibatch_size=8, kl_beta=0.0)
+    result = LocalTrainer(cfg).train_step(0)
+    assert result.row["a/updates"] == 2
+    assert result.row["a/own_adv_sum"] == pytest.approx(0.0, abs=1e-4)
+    assert "a/cross_adv_sum" in result.row and result.row["a/cross_adv_sum"] == 0.0
+
+
 @pytest.mark.parametrize("val_every", [0, 2])  # 2: the resume step is also a validation step
 def test_resume_after_kill_matches_uninterrupted(
     tmp_path, toy_data, small_agent, other_agent, monkeypatch, val_every

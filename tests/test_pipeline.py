@@ -14,8 +14,10 @@ from hacpo.pipeline import ConfigError, Pipeline, Run
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = (
-    "config", "paper", "ci", "one-gpu", "real", "countdown", "rehearsal", "rehearsal-ci", "rehearsal-real"
+    "config", "paper", "ci", "one-gpu", "real", "countdown", "rehearsal", "rehearsal-ci", "rehearsal-real",
+    "real-claims",
 )
+OVERLAYS = {"real-claims-ci": "real-claims"}  # an overlay → the config it is laid over (both files given)
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 
@@ -26,7 +28,22 @@ def pipe(name: str = "config", **changes) -> Pipeline:
 
 
 def test_every_shipped_workflow_config_is_tested():
-    assert sorted(p.stem for p in (ROOT / "config").glob("*.yaml")) == sorted(SHIPPED)
+    assert sorted(p.stem for p in (ROOT / "config").glob("*.yaml")) == sorted([*SHIPPED, *OVERLAYS])
+
+
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_overlays_validate_on_their_config(overlay):
+    """An overlay (CI's size of a target) laid over its config as Snakemake merges them: valid, its own
+    results folder, and a run config for every run."""
+    files = [str(ROOT / "config" / f"{name}.yaml") for name in (OVERLAYS[overlay], overlay)]
+    p = Pipeline.from_files(files, base_dir=str(ROOT))
+    assert p.results == f"results/{overlay}" and p.runs
+    for run in p.runs:
+        assert load_train_config(p.train_config(run)).out_dir == run.dir
+    for t in p.cfg.tables:
+        assert p.table(t)[1]["title"]
+    for f in p.cfg.figures:
+        assert p.figure(f)[1]["panels"]
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))

@@ -156,3 +156,92 @@ def test_workflow_config_checks_source_models_by_key_path():
     assert pipe.import_params("a") == {"source": src, "prompt_format": "few_shot"}
     with pytest.raises(ValueError, match=r"models\.a\.source: .*'no_such_pkg' is not installed"):
         pipe.check_model_sources()  # the workflow's onstart: before the first job
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Warmed models (issue 44): an imported model after a short SFT, written and cached like an import
+
+
+def _splits(n_train: int = 24, n_dev: int = 6) -> dict:
+    from hacpo.data.synthetic import make_splits
+
+    splits = make_splits(["add2"], seed=0, n_test=8, n_dev=n_dev, n_train=n_train)
+    return {"train": splits["train"], "dev": splits["dev"]}
+
+
+def test_a_warmed_model_learns_its_formats_answer_and_records_what_made_it(tmp_path, cache):
+    from hacpo.agents.warmup import ModelWarmup, answer_end_id, warm_model
+
+    src = _base_model_dir(tmp_path / "base", with_template=False)
+    base = tmp_path / "models" / "base"
+    import_model({"hf_dir": str(src)}, "few_shot", base)
+    spec = ModelWarmup(max_steps=6, batch_size=8, lr=3e-3, eval_every=3, n_dev=6, max_new_tokens=12)
+    got = warm_model(spec, base, tmp_path / "models" / "warm", _splits())
+    w = got["warmup"]
+    assert not got["cached"] and w["steps"] == 6 and [c["step"] for c in w["dev_curve"]] == [0, 3, 6]
+    assert w["dev_curve"][-1]["dev_loss"] < 0.95 * w["dev_curve"][0]["dev_loss"]  # it learned the answers
+    base_manifest = json.loads((base / MANIFEST).read_text())
+    assert w["identity"]["base"]["source_sha256"] == base_manifest["source_sha256"]
+    assert got["prompt_format"] == "few_shot" and got["stop_ids"] == base_manifest["stop_ids"]
+    # an answer ends at the format's stop (the newline), which every engine stops at
+    tok = AutoTokenizer.from_pretrained(tmp_path / "models" / "warm")
+    assert answer_end_id(tok, "few_shot") == tok.convert_tokens_to_ids("\n")
+    assert stop_token_ids(tok, str(tmp_path / "models" / "warm")) == stop_token_ids(tok, str(base))
+    assert prompt_text(tok, PROBLEM, "paper").startswith(FEW_SHOT)  # the base's prompt format, kept
+    # the same base, recipe and data: served as is; another recipe warms again
+    assert warm_model(spec, base, tmp_path / "models" / "warm", _splits())["cached"]
+    other = ModelWarmup(max_steps=3, batch_size=8, lr=3e-3, eval_every=3, n_dev=6, max_new_tokens=12)
+    assert not warm_model(other, base, tmp_path / "models" / "warm", _splits())["cached"]
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_the_sliced_sft_loss_equals_the_full_cross_entropy(tmp_path):
+    """A pretrained model's warm-up runs its head on answer positions in slices: the same loss and gradient
+    as cross-entropy over the model's full logits (the tiny agents keep the latter, bit for bit)."""
+    from hacpo.agents import vocab
+    from hacpo.agents.prompting import prompt_ids
+    from hacpo.agents.warmup import _batch_loss, answer_ids, sft_batch
+
+    src = _base_model_dir(tmp_path / "base", with_template=True)
+    tok = AutoTokenizer.from_pretrained(src)
+    model = AutoModelForCausalLM.from_pretrained(src)
+    probs = _splits()["train"][:5]
+    batch = sft_batch([prompt_ids(tok, p, "compact") for p in probs],
+                      [answer_ids(tok, p, "paper") for p in probs], tok.pad_token_id)  # fmt: skip
+    full = _batch_loss(model, batch)
+    full.backward()
+    want = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    vocab.LOGITS_BUDGET, saved = 2 * len(tok), vocab.LOGITS_BUDGET  # many slices
+    try:
+        sliced = _batch_loss(model, batch, sliced=True)
+        sliced.backward()
+    finally:
+        vocab.LOGITS_BUDGET = saved
+    torch.testing.assert_close(sliced, full, atol=1e-5, rtol=1e-5)
+    for n, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, want[n], atol=1e-5, rtol=1e-4)
+    total = _batch_loss(model, batch, reduction="sum", sliced=True)
+    n_answer = int((batch["labels"] != -100).sum())
+    assert float(total.detach()) == pytest.approx(float(sliced.detach()) * n_answer, rel=1e-5)
+
+
+def test_workflow_config_checks_warmed_models_by_key_path():
+    from hacpo.pipeline import ConfigError, Pipeline
+
+    src = {"package": "no_such_pkg", "file": "m.gguf"}
+    cfg = _pipeline_cfg({"warm": {"from": "s", "max_steps": 5}})
+    cfg["models"]["s"] = {"source": src, "prompt_format": "few_shot"}
+    with pytest.raises(ConfigError, match=r"models\.a\.warm: warm-up models need an `sft:` section"):
+        Pipeline(cfg)
+    cfg["sft"] = {"train": "d", "dev": "d"}
+    pipe = Pipeline(cfg)
+    assert pipe.model_path("a") == "results/config/models/a"
+    assert pipe.model_inputs("a") == ["results/config/models/a/hacpo-model.json"]
+    assert pipe.warm_params("a")["max_steps"] == 5 and "base" not in pipe.warm_params("a")
+    assert pipe.warmed() == ["a"] and pipe.imported() == ["s"]
+    cfg["models"]["a"]["warm"]["from"] = "b"  # a Hub model, not an import
+    with pytest.raises(ConfigError, match=r"models\.a\.warm\.from: 'b' is not an imported model .*imported: s"):
+        Pipeline(cfg)
+    with pytest.raises(ConfigError, match=r"models\.a: .*exactly one of"):
+        Pipeline({**cfg, "models": {**cfg["models"], "a": {"warm": {"from": "s"}, "hub": "x/z"}}})

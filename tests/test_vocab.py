@@ -16,7 +16,13 @@ from transformers import (
 )
 
 from hacpo.agents import vocab
-from hacpo.agents.lm import SharedPrefixes, token_logprobs, token_logprobs_shared_prompt
+from hacpo.agents.lm import (
+    SharedPrefixes,
+    generate,
+    policy_temperature,
+    token_logprobs,
+    token_logprobs_shared_prompt,
+)
 from hacpo.agents.vocab import OutputHead, head_for
 
 V = 300  # a vocabulary that a small budget cuts into many slices
@@ -66,6 +72,44 @@ def test_sliced_head_equals_the_models_logits_values_and_gradients(kind, monkeyp
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=0)
     for name, g in _grads(model, (got * weights).sum()).items():
         torch.testing.assert_close(g, ref_grads[name], atol=1e-5, rtol=1e-4)  # summed in other orders
+
+
+@pytest.mark.parametrize("budget", [None, 2 * V], ids=["full_logits", "sliced_head"])
+@pytest.mark.parametrize("kind", ["llama", "gemma3_cap"])
+def test_policy_temperature_gives_the_tempered_softmax_values_and_gradients(kind, budget, monkeypatch):
+    """Inside policy_temperature(T) every pass is log softmax(z / T): values and gradients equal autograd's
+    on the model's own logits divided by T, on both paths (the model's logits, the head in slices)."""
+    model = _model(kind).eval()
+    ids = torch.randint(0, V, (3, 9))
+    weights = torch.rand(3, 5)
+    t = 0.6
+    logits = model(input_ids=ids).logits[:, 3:-1].float() / t
+    ref = torch.log_softmax(logits, -1).gather(-1, ids[:, 4:, None])[..., 0]
+    ref_grads = _grads(model, (ref * weights).sum())
+    if budget:
+        monkeypatch.setattr(vocab, "LOGITS_BUDGET", budget)
+    with policy_temperature(t):
+        got = token_logprobs(model, ids, 4)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=0)
+    for name, g in _grads(model, (got * weights).sum()).items():
+        torch.testing.assert_close(g, ref_grads[name], atol=1e-5, rtol=1e-4)
+    plain = token_logprobs(model, ids, 4)  # outside the context: the untempered policy again
+    assert (plain - got).abs().max() > 1e-2
+
+
+def test_the_sampler_and_the_tempered_passes_agree_on_the_sampled_tokens():
+    """π_old from a trainer pass under policy_temperature(T) equals the log-probs the sampler drew with at
+    temperature T (fp32, CPU): the GSPO ratio of a fresh rollout is 1, as at T = 1."""
+    model = _model("llama").eval()
+    prompts = torch.randint(1, V, (2, 5))
+    gen = torch.Generator().manual_seed(0)
+    out = generate(model, prompts, 6, eos_id=0, pad_id=0, temperature=0.7, generator=gen)
+    with torch.no_grad(), policy_temperature(0.7):
+        lp = token_logprobs(model, torch.cat([prompts, out.tokens], 1), prompts.shape[1])
+    torch.testing.assert_close(lp * out.mask, out.logp * out.mask, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        with policy_temperature(0.0):
+            pass
 
 
 def test_small_passes_keep_the_models_own_forward_and_unknown_heads_are_left_alone():

@@ -9,6 +9,8 @@ real tokens); responses are right-padded after EOS.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -16,6 +18,27 @@ import torch
 
 from hacpo.agents.decode import cache_kwarg, decoder_for
 from hacpo.agents.vocab import OutputHead, head_for
+
+
+class _PolicyTemperature(threading.local):
+    value = 1.0
+
+
+_TEMPERATURE = _PolicyTemperature()
+
+
+@contextlib.contextmanager
+def policy_temperature(temperature: float):
+    """Every log-prob computed inside is of the tempered policy softmax(z / T), the distribution a sampler
+    at temperature T draws from, so π_old, π_θ and the reference agree with the rollouts (as OpenRLHF's
+    actor divides its logits by the rollout temperature). The sampler's own ``temperature`` is separate."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    before, _TEMPERATURE.value = _TEMPERATURE.value, float(temperature)
+    try:
+        yield
+    finally:
+        _TEMPERATURE.value = before
 
 
 @dataclass
@@ -187,10 +210,13 @@ def _forward(model, head: OutputHead | None, keep: int | None = None, cache=None
 
 def _logprobs(tail: torch.Tensor, head: OutputHead | None, targets: torch.Tensor) -> torch.Tensor:
     """Log-probs (float32) of ``targets`` ``[..., T]`` from logits ``tail`` ``[..., T, V]``, or from hidden
-    states ``[..., T, H]`` through ``head`` in slices (never a full-vocabulary tensor for the batch)."""
+    states ``[..., T, H]`` through ``head`` in slices (never a full-vocabulary tensor for the batch); of the
+    tempered policy inside :func:`policy_temperature`."""
+    t = _TEMPERATURE.value
     if head is not None:
-        return head.token_logprobs(tail, targets)
-    return torch.log_softmax(tail.float(), dim=-1).gather(-1, targets[..., None]).squeeze(-1)
+        return head.token_logprobs(tail, targets, t)
+    z = tail.float() if t == 1.0 else tail.float() / t
+    return torch.log_softmax(z, dim=-1).gather(-1, targets[..., None]).squeeze(-1)
 
 
 @dataclass

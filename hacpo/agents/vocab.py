@@ -68,8 +68,10 @@ class OutputHead:
         """Full logits of a few positions (e.g. the one that starts generation), as the model makes them."""
         return _capped(F.linear(hidden, self.weight), self.softcap)
 
-    def token_logprobs(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """``log_softmax(logits(hidden)).gather(targets)`` in float32 (hidden ``[..., H]``)."""
+    def token_logprobs(
+        self, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+    ) -> torch.Tensor:
+        """``log_softmax(logits(hidden) / temperature).gather(targets)`` in float32 (hidden ``[..., H]``)."""
         dev = hidden.device.type
         dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else self.weight.dtype
         flat = _TokenLogprobs.apply(
@@ -79,6 +81,7 @@ class OutputHead:
             self.softcap,
             chunk_rows(self.vocab, self.budget),
             dtype,
+            float(temperature),
         )
         return flat.view(targets.shape)
 
@@ -103,21 +106,23 @@ class _TokenLogprobs(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, softcap, rows, dtype):
+    def forward(ctx, hidden, weight, targets, softcap, rows, dtype, temperature=1.0):
         with torch.autocast(hidden.device.type, enabled=False):
             w = weight.to(dtype)
             out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
             for s in range(0, hidden.shape[0], rows):
                 z = _capped(F.linear(hidden[s : s + rows].to(dtype), w).float(), softcap)
+                if temperature != 1.0:
+                    z.div_(temperature)
                 out[s : s + rows] = torch.log_softmax(z, dim=-1).gather(-1, targets[s : s + rows, None])[:, 0]
         ctx.save_for_backward(hidden, weight, targets)
-        ctx.softcap, ctx.rows, ctx.dtype = softcap, rows, dtype
+        ctx.softcap, ctx.rows, ctx.dtype, ctx.temperature = softcap, rows, dtype, temperature
         return out
 
     @staticmethod
     def backward(ctx, grad):
         hidden, weight, targets = ctx.saved_tensors
-        softcap, rows, dtype = ctx.softcap, ctx.rows, ctx.dtype
+        softcap, rows, dtype, t = ctx.softcap, ctx.rows, ctx.dtype, ctx.temperature
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
         grad_w, into_grad = None, False
         if ctx.needs_input_grad[1]:
@@ -127,11 +132,11 @@ class _TokenLogprobs(torch.autograd.Function):
             w = weight.to(dtype)
             for s in range(0, hidden.shape[0], rows):
                 h = hidden[s : s + rows].to(dtype)
-                g, t = grad[s : s + rows, None], targets[s : s + rows, None]
+                g, tgt = grad[s : s + rows, None] / t, targets[s : s + rows, None]
                 z = _capped(F.linear(h, w).float(), softcap)
-                # d logp[t] / dz = onehot(t) − softmax(z), as autograd's log_softmax backward computes it
-                dz = torch.softmax(z, dim=-1).mul_(-g)
-                dz.scatter_add_(-1, t, g)
+                # d logp[tgt] / dz = (onehot(tgt) − softmax(z / t)) / t, as autograd's log_softmax backward
+                dz = torch.softmax(z if t == 1.0 else z / t, dim=-1).mul_(-g)
+                dz.scatter_add_(-1, tgt, g)
                 if softcap is not None:  # d/dx cap·tanh(x / cap) = 1 − tanh² = 1 − (z / cap)²
                     dz.mul_(z.div_(softcap).square_().neg_().add_(1))
                 del z
@@ -145,8 +150,8 @@ class _TokenLogprobs(torch.autograd.Function):
                 else:  # bf16: the product rounds to bf16 first, as autocast's own lm_head backward does
                     grad_w.add_(dz.t() @ h)
         if into_grad or grad_w is None:  # into_grad: already in weight.grad, nothing for autograd to add
-            return grad_h, None, None, None, None, None
-        return grad_h, grad_w.to(weight.dtype), None, None, None, None
+            return grad_h, None, None, None, None, None, None
+        return grad_h, grad_w.to(weight.dtype), None, None, None, None, None
 
 
 class _IntoGrad(threading.local):

@@ -13,6 +13,7 @@ A second call with the same spec and data returns the stored ``agent.json`` with
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hacpo.agents.lm import left_pad
+from hacpo.agents.lm import left_pad, token_logprobs
 from hacpo.agents.models import AgentArch, build_model, param_count
 from hacpo.agents.prompting import exact_boxed_match, greedy_accuracy, prompt_ids
 from hacpo.agents.tokenizers import build_tokenizer, tokenizer_fingerprint
@@ -134,9 +135,18 @@ def sft_batch(prompts: list[list[int]], answers: list[list[int]], pad_id: int) -
     }
 
 
-def _batch_loss(model, batch: dict, reduction: str = "mean") -> torch.Tensor:
+def _batch_loss(model, batch: dict, reduction: str = "mean", sliced: bool = False) -> torch.Tensor:
+    """Cross-entropy of the answer tokens. ``sliced``: through :func:`hacpo.agents.lm.token_logprobs` (the
+    vocabulary head on answer positions only, in slices: a pretrained model's 262,144-token head would
+    otherwise make ``[rows, tokens, V]`` float32 logits of every prompt position)."""
     dev = next(model.parameters()).device
     on = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}  # the model's device
+    if sliced:
+        start, labels = on["response_start"], on["labels"]
+        mask = labels != -100
+        logp = token_logprobs(model, on["input_ids"], start, on["attention_mask"])
+        total = -(logp * mask).sum()
+        return total if reduction == "sum" else total / mask.sum().clamp(min=1)
     logits = model(
         input_ids=on["input_ids"],
         attention_mask=on["attention_mask"],
@@ -150,8 +160,11 @@ def _batch_loss(model, batch: dict, reduction: str = "mean") -> torch.Tensor:
 
 
 @torch.no_grad()
-def sft_loss(model, tokenizer, problems: list[Problem], style: str, batch_size: int = 512) -> float:
-    """Token-mean cross-entropy of solution + EOS given the templated prompt (teacher forcing)."""
+def sft_loss(
+    model, tokenizer, problems: list[Problem], style: str, batch_size: int = 512, answers=None,
+    sliced: bool = False,
+) -> float:  # fmt: skip
+    """Token-mean cross-entropy of solution + EOS (or ``answers[i]``, ids) given the templated prompt."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -160,10 +173,10 @@ def sft_loss(model, tokenizer, problems: list[Problem], style: str, batch_size: 
             chunk = problems[i : i + batch_size]
             b = sft_batch(
                 [prompt_ids(tokenizer, p, style) for p in chunk],
-                [answer_ids(tokenizer, p, style) for p in chunk],
+                answers[i : i + batch_size] if answers else [answer_ids(tokenizer, p, style) for p in chunk],
                 tokenizer.pad_token_id,
             )
-            total += float(_batch_loss(model, b, reduction="sum"))
+            total += float(_batch_loss(model, b, reduction="sum", sliced=sliced))
             count += int((b["labels"] != -100).sum())
     finally:
         model.train(was_training)
@@ -172,6 +185,72 @@ def sft_loss(model, tokenizer, problems: list[Problem], style: str, batch_size: 
 
 # ---------------------------------------------------------------------------------------------------------
 # Warm-up
+
+
+def sft(
+    model, tok, train: list[Problem], dev: list[Problem], hyper, answer_of, max_new: int, autocast=None,
+    sliced: bool = False,
+):  # fmt: skip
+    """Supervised fine-tuning (the module docstring's recipe, ``hyper``'s optimiser and stopping fields: a
+    :class:`WarmupSpec` or a :class:`ModelWarmup`): cross-entropy of ``answer_of(problem)`` (ids) after the
+    templated prompt, greedy dev accuracy at step 0 and every ``eval_every`` steps, stopping at the first
+    evaluation reaching ``target_dev_acc``. ``autocast``: a context factory for the passes (bf16 on CPU);
+    ``sliced``: the loss through the vocabulary head in slices (:func:`_batch_loss`). Returns (steps taken,
+    dev curve)."""
+    t0 = time.perf_counter()
+    autocast = autocast or contextlib.nullcontext
+    style = hyper.style
+    p_rows = [prompt_ids(tok, p, style) for p in train]
+    a_rows = [answer_of(p) for p in train]
+    dev_answers = [answer_of(p) for p in dev]
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=hyper.lr, betas=hyper.betas, weight_decay=hyper.weight_decay
+    )
+    warm = max(hyper.warmup_steps, 0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    gen = torch.Generator().manual_seed(hyper.seed)
+    perm, cursor = torch.randperm(len(train), generator=gen), 0
+    curve: list[dict] = []
+    window: list[float] = []
+    dev_batch = hyper.batch_size if sliced else 512  # a pretrained model's teacher forcing: its batch size
+
+    def evaluate(step: int) -> float:
+        with autocast():
+            acc = greedy_accuracy(model, tok, dev, style, max_new, judge=exact_boxed_match)
+            loss = sft_loss(model, tok, dev, style, dev_batch, answers=dev_answers, sliced=sliced)
+        train_loss = sum(window) / len(window) if window else None
+        curve.append({"step": step, "dev_acc": acc, "dev_loss": loss, "train_loss": train_loss,
+                      "wall_s": round(time.perf_counter() - t0, 3)})  # fmt: skip
+        window.clear()
+        return acc
+
+    def reached(acc: float) -> bool:
+        return hyper.target_dev_acc is not None and acc >= hyper.target_dev_acc
+
+    model.train()
+    step = 0
+    acc = evaluate(0)
+    while not reached(acc) and step < hyper.max_steps:
+        idx: list[int] = []
+        while len(idx) < hyper.batch_size:
+            if cursor >= len(perm):
+                perm, cursor = torch.randperm(len(train), generator=gen), 0
+            take = perm[cursor : cursor + hyper.batch_size - len(idx)].tolist()
+            cursor += len(take)
+            idx += take
+        batch = sft_batch([p_rows[i] for i in idx], [a_rows[i] for i in idx], tok.pad_token_id)
+        with autocast():
+            loss = _batch_loss(model, batch, sliced=sliced)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.grad_clip)
+        opt.step()
+        sched.step()
+        step += 1
+        window.append(float(loss.detach()))
+        if step % hyper.eval_every == 0 or step == hyper.max_steps:
+            acc = evaluate(step)
+    return step, curve
 
 
 def _read_meta(out_dir: Path) -> dict | None:
@@ -201,59 +280,8 @@ def build_agent(
     t0 = time.perf_counter()
     tok = build_tokenizer(spec.tokenizer)
     model = build_model(spec.arch, tok, spec.seed).to(device)
-    pad = tok.pad_token_id
-    p_rows = [prompt_ids(tok, p, spec.style) for p in train]
-    a_rows = [answer_ids(tok, p, spec.style) for p in train]
     max_new = spec.max_new_tokens or max(len(answer_ids(tok, p, spec.style)) for p in dev) + 2
-
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, betas=spec.betas, weight_decay=spec.weight_decay)
-    warm = max(spec.warmup_steps, 0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    gen = torch.Generator().manual_seed(spec.seed)
-    perm, cursor = torch.randperm(len(train), generator=gen), 0
-
-    curve: list[dict] = []
-    window: list[float] = []
-
-    def evaluate(step: int) -> float:
-        acc = greedy_accuracy(model, tok, dev, spec.style, max_new, judge=exact_boxed_match)
-        curve.append(
-            {
-                "step": step,
-                "dev_acc": acc,
-                "dev_loss": sft_loss(model, tok, dev, spec.style),
-                "train_loss": sum(window) / len(window) if window else None,
-                "wall_s": round(time.perf_counter() - t0, 3),
-            }
-        )
-        window.clear()
-        return acc
-
-    def reached(acc: float) -> bool:
-        return spec.target_dev_acc is not None and acc >= spec.target_dev_acc
-
-    model.train()
-    step = 0
-    acc = evaluate(0)
-    while not reached(acc) and step < spec.max_steps:
-        idx: list[int] = []
-        while len(idx) < spec.batch_size:
-            if cursor >= len(perm):
-                perm, cursor = torch.randperm(len(train), generator=gen), 0
-            take = perm[cursor : cursor + spec.batch_size - len(idx)].tolist()
-            cursor += len(take)
-            idx += take
-        batch = sft_batch([p_rows[i] for i in idx], [a_rows[i] for i in idx], pad)
-        loss = _batch_loss(model, batch)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), spec.grad_clip)
-        opt.step()
-        sched.step()
-        step += 1
-        window.append(float(loss.detach()))
-        if step % spec.eval_every == 0 or step == spec.max_steps:
-            acc = evaluate(step)
+    step, curve = sft(model, tok, train, dev, spec, lambda p: answer_ids(tok, p, spec.style), max_new)
     wall = time.perf_counter() - t0
 
     import transformers
@@ -266,7 +294,7 @@ def build_agent(
         "n_dev": len(dev),
         "steps": step,
         "dev_acc": curve[-1]["dev_acc"],
-        "reached_target": reached(curve[-1]["dev_acc"]),
+        "reached_target": spec.target_dev_acc is not None and curve[-1]["dev_acc"] >= spec.target_dev_acc,
         "dev_curve": curve,
         "wall_s": round(wall, 3),
         "threads": torch.get_num_threads(),
@@ -286,6 +314,151 @@ def _save_atomically(out_dir: Path, model, tok, meta: dict) -> None:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         atomic_write_json(tmp / AGENT_JSON, meta)  # last: its presence marks a complete directory
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pretrained models: the same warm-up on an imported model (issue 44's warmed agents)
+
+
+@dataclass(frozen=True)
+class ModelWarmup:
+    """A short SFT of a pretrained (imported) model on the task's train split, in its own prompt format: the
+    answer is the worked one-line solution (``" 12+34=46. \\boxed{46}"``) ending at the format's first stop
+    (the newline of ``few_shot``/``completion``, else EOS). Full fine-tuning, AdamW, fp32 master weights,
+    bf16 autocast where the CPU runs it natively (``precision: auto``)."""
+
+    style: str = "paper"
+    seed: int = 0
+    lr: float = 1e-5
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.0
+    warmup_steps: int = 0
+    batch_size: int = 16
+    grad_clip: float = 1.0
+    target_dev_acc: float | None = None
+    max_steps: int = 40
+    eval_every: int = 10
+    n_dev: int = 100
+    max_new_tokens: int = 32
+    precision: str = "auto"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "betas", tuple(self.betas))
+        if self.style not in ("compact", "paper"):
+            raise ValueError(f"unknown prompt style {self.style!r}; use 'compact' or 'paper'")
+        if self.precision not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"precision must be auto, fp32 or bf16, got {self.precision!r}")
+        if (
+            min(
+                self.max_steps,
+                self.batch_size - 1,
+                self.eval_every - 1,
+                self.n_dev - 1,
+                self.max_new_tokens - 1,
+            )
+            < 0
+        ):
+            raise ValueError(f"bad warm-up sizes: {self}")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "betas": list(self.betas)}
+
+    def spec_hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+BASE_IDENTITY = ("source_sha256", "prompt_format", "importer_version", "warmup")  # what makes the base
+
+
+def answer_end_id(tok, prompt_format: str) -> int:
+    """The id that ends an answer in ``prompt_format``: its first stop text (one token), else EOS."""
+    from hacpo.agents.formats import get_format
+
+    stops = get_format(prompt_format).stops
+    if not stops:
+        return tok.eos_token_id
+    ids = tok(stops[0], add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise ValueError(
+            f"prompt format {prompt_format!r}: stop {stops[0]!r} is {len(ids)} tokens here, not one"
+        )
+    return ids[0]
+
+
+def warm_model(
+    spec: ModelWarmup, base: str | os.PathLike, out_dir: str | os.PathLike, splits: dict[str, list[Problem]],
+    device: str = "cpu",
+) -> dict:  # fmt: skip
+    """Warm the imported model at ``base`` by :func:`sft` and save it to ``out_dir`` as an imported model
+    (weights, tokenizer with its prompt format, generation config with its stop ids) with
+    ``hacpo-model.json``: the base's manifest plus ``warmup`` (spec, data digest, the base's identity, dev
+    curve, steps, wall time).
+    Cached: a second call with the same base, spec and data returns the stored manifest without training."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from hacpo.agents.sources import MANIFEST
+    from hacpo.cpu import resolve_precision
+
+    keep_freed_memory()
+    base, out_dir = Path(base), Path(out_dir)
+    base_manifest = json.loads((base / MANIFEST).read_text())
+    train, dev = list(splits["train"]), list(splits["dev"])[: spec.n_dev]
+    if not train or not dev:
+        raise ValueError(f"warm-up needs non-empty train and dev splits (got {len(train)} / {len(dev)})")
+    identity = {
+        "base": {
+            k: base_manifest.get(k) for k in ("source_sha256", "prompt_format", "importer_version", "warmup")
+        },
+        "spec_hash": spec.spec_hash(),
+        "data_digest": data_digest(train, dev),
+    }
+    try:
+        stored = json.loads((out_dir / MANIFEST).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        stored = None
+    if stored is not None and stored.get("warmup", {}).get("identity") == identity:
+        return {**stored, "cached": True}
+
+    t0 = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device)
+    end = answer_end_id(tok, base_manifest["prompt_format"])
+
+    def answer_of(p: Problem) -> list[int]:
+        return tok(" " + solution_text(p, spec.style), add_special_tokens=False)["input_ids"] + [end]
+
+    precision = resolve_precision(spec.precision, torch.device(device).type)
+
+    def autocast():
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    torch.manual_seed(spec.seed)
+    steps, curve = sft(model, tok, train, dev, spec, answer_of, spec.max_new_tokens, autocast, sliced=True)
+    import transformers
+
+    warmup = {
+        "identity": identity,
+        "spec": spec.to_dict(),
+        "from": str(base),
+        "steps": steps,
+        "dev_acc": curve[-1]["dev_acc"],
+        "dev_acc_start": curve[0]["dev_acc"],
+        "dev_curve": curve,
+        "n_train": len(train),
+        "n_dev": len(dev),
+        "precision": precision,
+        "threads": torch.get_num_threads(),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    manifest = {**{k: v for k, v in base_manifest.items() if k not in ("cache", "cache_hit", "seconds")},
+                "warmup": warmup}  # fmt: skip
+    with atomic_dir(out_dir) as tmp:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        atomic_write_json(tmp / MANIFEST, manifest)  # last: its presence marks a complete directory
+    return {**manifest, "cached": False}
 
 
 def load_spec_file(spec: str | os.PathLike) -> WarmupSpec:

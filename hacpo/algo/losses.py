@@ -207,7 +207,8 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
     KL (k3) is averaged over own rows only; a mini-batch with no own row has no KL term. A part of a
     mini-batch (``n_total``, ``own_tokens`` set: micro-batches) returns its share of both terms.
 
-    Metrics: ``s_homo_*``/``s_hete_*`` (mean/min/max of sequence ratios), clip fractions, ω, mean advantage.
+    Metrics: ``s_homo_*``/``s_hete_*`` (mean/min/max of sequence ratios), clip fractions, ω, mean advantage,
+    the advantages summed over own and over cross rows (``*_sum``: a step sums them over its updates).
     """
     batch.validate()
     own = batch.own_rows()
@@ -219,6 +220,9 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
         "rows": float(n_rows),
         "own_rows": float(own.sum()),
         "adv_mean": float(batch.adv.mean()),
+        # summed over the step's rows (its updates' sum): what own rows and cross rows pull in all
+        "own_adv_sum": float(batch.adv[own].sum()),
+        "cross_adv_sum": float(batch.adv[cross].sum()),
     }
 
     if spec.kind == "grpo":

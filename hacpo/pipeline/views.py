@@ -472,8 +472,11 @@ class Views:
         f = self.cfg.figures[name]
         seeds, files, panels = self.seeds(f), [], []
         key, log = LINE_LOGS[f.kind]  # the spec key that lists each line's run logs, and the log's file
+        fields = f.metrics if f.kind == "steps" else [None]
         for pair in f.pairs:
             for model in self.cfg.pairs[pair].agents:
+                if f.kind == "steps" and f.agents and model not in f.agents:
+                    continue
                 lines = []
                 for method in f.methods:
                     runs = [self.pipe.run(method, pair, model, s) for s in seeds]
@@ -481,15 +484,20 @@ class Views:
                     logs = [f"{r.dir}/{log}" for r in runs]
                     lines.append({"label": self.label(method), "method": method, key: logs})
                 title = f"{self.cfg.models[model].label or model} ({pair} pair)"
-                panels.append({"title": title, "agent": model, "lines": lines})
+                for field in fields:  # steps: a panel per field, every line reading it
+                    panel = {"title": title, "agent": model, "lines": lines}
+                    if field is not None:
+                        panel = {**panel, "title": f"{title}: {field}", "y_label": field,
+                                 "lines": [{**line, "metric": field} for line in lines]}  # fmt: skip
+                    panels.append(panel)
         val = self.cfg.val_data or "validation"
         spec = {
             "figure": name,
             "kind": f.kind,
             "title": f.title or TABLE_TITLES.get(name, name),
-            "y_label": f"greedy accuracy on {val}"
-            if f.kind == "curves"
-            else "cross rows inside [lo_m, 1] (share)",
+            "y_label": {"curves": f"greedy accuracy on {val}", "steps": "per step"}.get(
+                f.kind, "cross rows inside [lo_m, 1] (share)"
+            ),
             "panels": panels,
         }
         if f.kind == "updates":

@@ -3,6 +3,8 @@
 - ``kind: "curves"``: Figure 2 (HACPO vs GSPO vs GSPO×2) and Figure 3 (stepwise-clipping ablation), v2
   numbering: the in-training validation accuracy read from the runs' ``validation.jsonl`` files (one per seed,
   rows filtered by ``agent``) against the training step;
+- ``kind: "steps"``: per-agent fields of the runs' ``metrics.jsonl`` (reward, the summed own-row advantage,
+  the share of cross rows inside the stepwise clip, s_hete, …) against the step, a panel per agent and field;
 - ``kind: "updates"``: the share of a learner's cross rows inside the stepwise clip [lo_m, 1] (those that can
   carry gradient) against the update m within a step, from the runs' ``updates.jsonl`` (issue 25): where the
   mini-batch order puts cross rows decides how many meet the tighter early bounds.
@@ -20,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from hacpo.report.files import read_rows, required
-from hacpo.runio import Update, Validation, atomic_write_bytes, atomic_write_text
+from hacpo.runio import Metric, Update, Validation, atomic_write_bytes, atomic_write_text
 from hacpo.specs import LINE_LOGS, FigureSpec, checked
 
 FIG_COLUMNS = ["figure", "panel", "agent", "line", "method", "seed", "step", "value"]
@@ -72,9 +74,27 @@ def updates_data(spec: dict) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=UPDATE_COLUMNS)
 
 
+def steps_data(spec: dict) -> pd.DataFrame:
+    """The plotted points: one row per (panel, line, seed file, step) whose ``metrics.jsonl`` row has the
+    line's per-agent field (``<agent>/<metric>``; a GSPO run has no cross-row fields, a step without cross
+    rows none of theirs)."""
+    rows = []
+    for pi, panel in enumerate(required(spec, "panels", "spec")):
+        for line in required(panel, "lines", f"panel {pi}"):
+            a = line.get("agent") or panel.get("agent")
+            where = f"panel {pi} ({panel.get('title', '')}), line {line.get('label', line.get('method'))!r}"
+            key = Metric.of(a, required(line, "metric", where))
+            for seed, path in enumerate(required(line, "metrics", where)):
+                for r in read_rows(path, where):
+                    if r.get(key) is not None and not math.isnan(float(r[key])):
+                        rows.append([*_head(spec, pi, a, line, seed), int(r[Metric.STEP]), float(r[key])])
+    return pd.DataFrame(rows, columns=FIG_COLUMNS)
+
+
 KINDS = {  # figure kind → (its points, the x column, the x label)
     "curves": (curves_data, "step", "Training steps"),
     "updates": (updates_data, "update", "Update m within a step"),
+    "steps": (steps_data, "step", "Training steps"),
 }
 
 
@@ -115,7 +135,8 @@ def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str 
         band = ("ci", 95) if d.groupby(["line", x]).size().max() > 1 else None
         sns.lineplot(d, x=x, y="value", hue="line", palette=palette, errorbar=band, seed=0, marker="o",
                      markersize=3, ax=ax)
-        ax.set(title=panel.get("title", ""), xlabel=x_label, ylabel=spec.get("y_label", "accuracy"))
+        y_label = panel.get("y_label") or spec.get("y_label", "accuracy")
+        ax.set(title=panel.get("title", ""), xlabel=x_label, ylabel=y_label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and updates are counts
         ax.legend(title=None, fontsize="small")
     return _png(fig, axes[len(panels):], spec.get("title"))

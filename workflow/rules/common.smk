@@ -124,6 +124,10 @@ def import_spec(wildcards):
     return as_json(PIPE.import_params(wildcards.model))
 
 
+def warm_spec(wildcards):
+    return as_json(PIPE.warm_params(wildcards.model))
+
+
 def dataset_spec(wildcards):
     return PIPE.dataset_params(wildcards.dataset)
 

@@ -38,6 +38,8 @@ rule data_manifest:
 rule import_model:
     output:
         "<results>/models/{model}/hacpo-model.json",
+    wildcard_constraints:
+        model="|".join(PIPE.imported()) or "^$",
     log:
         "<results>/logs/models/{model}.log",
     benchmark:
@@ -49,6 +51,33 @@ rule import_model:
         out=subpath(output[0], parent=True),
     shell:
         "hacpo import-model --spec {params.spec:q} --out {params.out} > {log} 2>&1"
+
+
+# An imported model after a short SFT on the task's train split (`warm: {from: MODEL, …}`): the warm-up
+# issue 44's real pairs need. Written like an import (its manifest records the base and the recipe).
+rule warm_model:
+    input:
+        base=lambda w: PIPE.import_marker(PIPE.cfg.models[w.model].warm.base),
+        train=PIPE.dataset_file(PIPE.cfg.sft.train) if PIPE.cfg.sft else [],
+        dev=PIPE.dataset_file(PIPE.cfg.sft.dev) if PIPE.cfg.sft else [],
+    output:
+        "<results>/models/{model}/hacpo-model.json",
+    wildcard_constraints:
+        model="|".join(PIPE.warmed()) or "^$",
+    log:
+        "<results>/logs/models/{model}.log",
+    benchmark:
+        "<results>/benchmarks/models/{model}.tsv"
+    threads: 2
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        spec=warm_spec,
+        base=lambda w: PIPE.model_path(PIPE.cfg.models[w.model].warm.base),
+        out=subpath(output[0], parent=True),
+    shell:
+        "hacpo warm-model --spec {params.spec:q} --base {params.base} --train {input.train} --dev {input.dev}"
+        " --out {params.out} --threads {threads} > {log} 2>&1"
 
 
 rule build_agent:

@@ -18,6 +18,11 @@ from hacpo.runio import Update
 SUMMED = {"loss", "pg_loss", "kl", "rows", "own_rows", "rescue_rows"}
 
 
+def _summed(key: str) -> bool:
+    """Totals over rows (``*_sum``): summed over an update's parts and over a step's updates."""
+    return key.endswith("_sum")
+
+
 def _weight(key: str, n: float, metrics: dict) -> float:
     """How many rows a part's value of ``key`` averages over: its own rows, its cross rows, or all."""
     own = metrics.get("own_rows", n)
@@ -36,7 +41,7 @@ def merge_parts(parts: list[tuple[float, dict]]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in dict.fromkeys(k for _, m in parts for k in m):
         vals = [(_weight(key, n, m), m[key]) for n, m in parts if key in m]
-        if key in SUMMED:
+        if key in SUMMED or _summed(key):
             out[key] = sum(v for _, v in vals)
         elif key.endswith("_min"):
             out[key] = min(v for _, v in vals)
@@ -49,8 +54,8 @@ def merge_parts(parts: list[tuple[float, dict]]) -> dict[str, float]:
 
 
 def aggregate(updates: list[dict]) -> dict[str, float]:
-    """A step's metrics of its updates': min of ``*_min``, max of ``*_max``, mean of everything else (over
-    the updates that have it), and ``updates``, their number."""
+    """A step's metrics of its updates': min of ``*_min``, max of ``*_max``, sum of ``*_sum``, mean of
+    everything else (over the updates that have it), and ``updates``, their number."""
     out: dict[str, float] = {"updates": float(len(updates))}
     for key in sorted({k for log in updates for k in log}):
         vals = [log[key] for log in updates if key in log and not math.isnan(log[key])]
@@ -60,6 +65,8 @@ def aggregate(updates: list[dict]) -> dict[str, float]:
             out[key] = min(vals)
         elif key.endswith("_max"):
             out[key] = max(vals)
+        elif _summed(key):
+            out[key] = sum(vals)
         else:
             out[key] = sum(vals) / len(vals)
     return out

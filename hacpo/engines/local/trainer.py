@@ -31,6 +31,7 @@ from hacpo.agents.lm import (
     SharedPrefixes,
     generate,
     left_pad,
+    policy_temperature,
     token_budget_chunks,
     token_logprobs,
     token_logprobs_shared_prompt,
@@ -688,10 +689,11 @@ class LocalTrainer:
         samples = cfg.group_size * self.method.rollout_multiplier
         names, problems = [a.name for a in self.agents], [self.problems[i] for i in idx]
         self.scorer.new_step()  # a custom verifier's retry budget is per step
-        return core.train_step(
-            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase,
-            spec=self.spec,
-        )
+        with policy_temperature(cfg.temperature):  # π_old, π_θ and the reference: the sampled policy's
+            return core.train_step(
+                self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase,
+                spec=self.spec,
+            )
 
     # ----------------------------------------------------------------------------- the StepEngine
     def rollout(self, k: int, step: int, problems: list[dict], g: int) -> AgentRollouts:
