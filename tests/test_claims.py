@@ -67,6 +67,18 @@ def test_zero_spread_and_ties():
     assert stats.seeds_needed(0.05, 0.0) == 2
 
 
+def test_the_detectable_effect_is_where_the_seeds_needed_reach_n():
+    """The power statement of a design of n paired seeds (issue 44): the standardized effect detected with
+    80 % power; G*Power's one-sample t-test gives d = 1.68 at n = 5 and 0.99 at n = 10 (two-sided, 5 %)."""
+    assert stats.detectable_effect(5) == pytest.approx(1.68, abs=0.01)
+    assert stats.detectable_effect(10) == pytest.approx(0.99, abs=0.01)
+    for n in (3, 5, 8):
+        d = stats.detectable_effect(n)
+        assert stats.seeds_needed(d * 1.001, 1.0) == n and stats.seeds_needed(d * 0.99, 1.0) > n
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        stats.detectable_effect(1)
+
+
 def test_bad_differences_are_refused():
     for bad in ([], [float("nan"), 1.0]):
         with pytest.raises(ValueError, match="finite differences"):

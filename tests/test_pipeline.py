@@ -17,7 +17,8 @@ SHIPPED = (
     "config", "paper", "ci", "one-gpu", "real", "countdown", "rehearsal", "rehearsal-ci", "rehearsal-real",
     "real-claims",
 )
-OVERLAYS = {"real-claims-ci": "real-claims"}  # an overlay → the config it is laid over (both files given)
+# an overlay → the config it is laid over (both files given)
+OVERLAYS = {"real-claims-ci": "real-claims", "real-claims-state": "real-claims"}
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 
@@ -27,17 +28,29 @@ def pipe(name: str = "config", **changes) -> Pipeline:
     return Pipeline(cfg, base_dir=str(ROOT), config_files=[str(ROOT / "config" / f"{name}.yaml")])
 
 
+def test_the_state_part_of_the_real_target_is_a_subset_of_its_runs():
+    """config/real-claims-state.yaml shares the whole target's folder: every run it trains is one of the
+    target's, with the same run config, so the target reuses them."""
+    files = [str(ROOT / "config" / f"{n}.yaml") for n in ("real-claims", "real-claims-state")]
+    part = Pipeline.from_files(files, base_dir=str(ROOT))
+    whole = Pipeline.from_files(files[:1], base_dir=str(ROOT))
+    assert part.results == whole.results and set(part.runs) < set(whole.runs)
+    assert {r.group for r in part.runs} == {"smollm2", "smollm2_warm", "state"}
+    for run in part.runs:
+        assert part.train_config(run) == whole.train_config(run)
+
+
 def test_every_shipped_workflow_config_is_tested():
     assert sorted(p.stem for p in (ROOT / "config").glob("*.yaml")) == sorted([*SHIPPED, *OVERLAYS])
 
 
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
 def test_overlays_validate_on_their_config(overlay):
-    """An overlay (CI's size of a target) laid over its config as Snakemake merges them: valid, its own
-    results folder, and a run config for every run."""
+    """An overlay (CI's size of a target, a part of one) laid over its config as Snakemake merges them:
+    valid, its results folder, and a run config for every run."""
     files = [str(ROOT / "config" / f"{name}.yaml") for name in (OVERLAYS[overlay], overlay)]
     p = Pipeline.from_files(files, base_dir=str(ROOT))
-    assert p.results == f"results/{overlay}" and p.runs
+    assert p.results == (p.cfg.results_dir or f"results/{overlay}") and p.runs
     for run in p.runs:
         assert load_train_config(p.train_config(run)).out_dir == run.dir
     for t in p.cfg.tables:

@@ -512,6 +512,31 @@ def test_figure_updates_plots_the_share_of_cross_rows_inside_the_clip_per_update
     assert _run(["report", "figure", "--spec", json.dumps(spec), "--out-prefix", str(out)]) == 2  # no points
 
 
+def test_figure_steps_plots_an_agents_metrics_fields_per_step(tmp_path):
+    """kind: steps (issue 44): each panel reads one per-agent field (``<agent>/<metric>``) of the lines'
+    metrics.jsonl per step; rows without it (a step without cross rows, NaN) are not points; the panel's
+    own y label is used."""
+    def log(name, values):
+        rows = [{"step": i, "weak/own_adv_sum": v, "weak/reward": 0.25, "strong/own_adv_sum": 9.0}
+                for i, v in enumerate(values)]  # fmt: skip
+        return _jsonl(tmp_path / name / "metrics.jsonl", rows)
+
+    a, b = log("a", [-1.5, None, 2.0]), log("b", [0.5, float("nan"), 1.0])
+    line = {"label": "HACPO", "method": "hacpo", "metric": "own_adv_sum", "metrics": [a, b]}
+    panel = {"title": "weak: own_adv_sum", "agent": "weak", "y_label": "own_adv_sum", "lines": [line]}
+    spec = {"figure": "weak_steps", "kind": "steps", "y_label": "per step", "panels": [panel]}
+    out = tmp_path / "figures" / "weak_steps"
+    assert _run(["report", "figure", "--spec", json.dumps(spec), "--out-prefix", str(out)]) == 0
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+    rows = [(r["seed"], r["step"], float(r["value"])) for r in csv.DictReader(out.with_suffix(".csv").open())]
+    assert rows == [("0", "0", -1.5), ("0", "2", 2.0), ("1", "0", 0.5), ("1", "2", 1.0)]
+    figure = {"kind": "steps", "panels": [{"lines": [{"metric": "reward", "validations": ["x.jsonl"]}]}]}
+    with pytest.raises(ValueError, match=r"panels\.0\.lines\.0: a 'steps' figure's line needs 'metrics'"):
+        from hacpo.report.figures import write_figure
+
+        write_figure(figure, tmp_path / "x")
+
+
 def test_specs_are_checked_against_the_contract_before_any_file_is_read(tmp_path):
     """hacpo.specs: the workflow builds and the report reads the same models; a key one side does not
     know, or one a kind needs and lacks, fails naming its path."""

@@ -241,7 +241,7 @@ def test_workflow_config_checks_warmed_models_by_key_path():
     assert pipe.warm_params("a")["max_steps"] == 5 and "base" not in pipe.warm_params("a")
     assert pipe.warmed() == ["a"] and pipe.imported() == ["s"]
     cfg["models"]["a"]["warm"]["from"] = "b"  # a Hub model, not an import
-    with pytest.raises(ConfigError, match=r"models\.a\.warm\.from: 'b' is not an imported model .*imported: s"):
+    with pytest.raises(ConfigError, match=r"models\.a\.warm\.from: 'b' is not an imported .*imported: s"):
         Pipeline(cfg)
     with pytest.raises(ConfigError, match=r"models\.a: .*exactly one of"):
         Pipeline({**cfg, "models": {**cfg["models"], "a": {"warm": {"from": "s"}, "hub": "x/z"}}})

@@ -67,6 +67,29 @@ def paired_test(diffs, direction: str, level: float = LEVEL) -> PairedTest:
     return PairedTest(int(d.size), mean, sd, low, high, p, verdict)
 
 
+def _power(effect: float, n: int, level: float = LEVEL) -> float:
+    """Power of a two-sided one-sample t-test at ``level`` with n samples against a standardized mean
+    difference ``effect`` = mean / sd (noncentral t, n − 1 degrees of freedom, noncentrality effect · √n)."""
+    crit = stats.t.ppf(0.5 + level / 2, n - 1)
+    nc = effect * math.sqrt(n)
+    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+
+
+def detectable_effect(n: int, level: float = LEVEL, power: float = POWER) -> float:
+    """The design's power statement: the smallest standardized mean difference (mean / sd of the paired
+    differences) that ``n`` paired seeds detect with ``power`` (two-sided t-test at ``level``); multiply by
+    the spread of the differences for the effect in accuracy (5 seeds: ≈ 1.7 sd)."""
+    if n < 2:
+        raise ValueError(f"a paired t-test needs at least 2 seeds, got {n}")
+    lo, hi = 0.0, 1.0
+    while _power(hi, n, level) < power:
+        hi *= 2
+    for _ in range(60):  # bisection: power grows with the effect
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if _power(mid, n, level) < power else (lo, mid)
+    return hi
+
+
 def seeds_needed(mean: float, sd: float | None, level: float = LEVEL, power: float = POWER) -> int | None:
     """The smallest number of seeds n ≥ 2 at which a two-sided one-sample t-test at ``level`` has ``power``
     against a true mean difference ``mean`` with spread ``sd`` (noncentral t with n − 1 degrees of freedom
@@ -79,9 +102,7 @@ def seeds_needed(mean: float, sd: float | None, level: float = LEVEL, power: flo
     effect = abs(mean) / sd
 
     def achieved(n: int) -> float:
-        crit = stats.t.ppf(0.5 + level / 2, n - 1)
-        nc = effect * math.sqrt(n)
-        return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+        return _power(effect, n, level)
 
     lo, hi = 2, 2
     while achieved(hi) < power:  # doubling, then bisection: power grows with n

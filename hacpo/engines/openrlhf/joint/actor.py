@@ -31,7 +31,7 @@ from .rows import IS_SELF, PROMPT_ID, SOURCE
 STATUS_KEYS = (
     "rows", "own_rows", "loss", "pg_loss", "kl", "own_clip_frac", "cross_clip_frac", "cross_in_bounds_frac",
     "cross_below_frac", "cross_above_frac", "cross_lo", "omega_mean", "s_homo_mean", "s_hete_mean",
-    "adv_mean", "rescue_rows",
+    "adv_mean", "rescue_rows", "own_adv_sum", "cross_adv_sum",
 )  # fmt: skip
 
 
