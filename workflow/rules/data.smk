@@ -38,12 +38,12 @@ rule data_manifest:
 rule import_model:
     output:
         "<results>/models/{model}/hacpo-model.json",
-    wildcard_constraints:
-        model="|".join(PIPE.imported()) or "^$",
     log:
         "<results>/logs/models/{model}.log",
     benchmark:
         "<results>/benchmarks/models/{model}.tsv"
+    wildcard_constraints:
+        model="|".join(PIPE.imported()) or "^$",
     conda:
         "../../envs/hacpo-cpu.yaml"
     params:
@@ -62,15 +62,15 @@ rule warm_model:
         dev=PIPE.dataset_file(PIPE.cfg.sft.dev) if PIPE.cfg.sft else [],
     output:
         "<results>/models/{model}/hacpo-model.json",
-    wildcard_constraints:
-        model="|".join(PIPE.warmed()) or "^$",
     log:
         "<results>/logs/models/{model}.log",
     benchmark:
         "<results>/benchmarks/models/{model}.tsv"
-    threads: 2
+    wildcard_constraints:
+        model="|".join(PIPE.warmed()) or "^$",
     conda:
         "../../envs/hacpo-cpu.yaml"
+    threads: 2
     params:
         spec=warm_spec,
         base=lambda w: PIPE.model_path(PIPE.cfg.models[w.model].warm.base),
