@@ -413,6 +413,38 @@ def write_checkpoint_manifest(folder: str | Path) -> None:
     atomic_write_json(folder / CHECKPOINT_MANIFEST, {"version": 1, "files": files})
 
 
+def keep_final_weights(
+    checkpoints: str | Path, final_step: int, trainer_state: str = "trainer_state.pt"
+) -> int:
+    """A completed run's ``checkpoints/<agent>/step-*`` cut to the final step's weights: every other step
+    removed, the final one's ``trainer_state`` dropped (its manifest rewritten first, so a kill midway
+    leaves an intact checkpoint either way). Returns the bytes freed."""
+    freed = 0
+    for agent in sorted(p for p in Path(checkpoints).iterdir() if p.is_dir()):
+        final = agent / f"step-{final_step}"
+        if not final.is_dir():
+            raise FileNotFoundError(f"{final} is missing: not a completed run of {final_step} steps")
+        for old in agent.glob("step-*"):
+            if old != final and old.is_dir():
+                freed += sum(f.stat().st_size for f in old.rglob("*") if f.is_file())
+                shutil.rmtree(old)
+        state = final / trainer_state
+        if state.is_file():
+            freed += state.stat().st_size
+            keep = {n: v for n, v in _manifest_files(final).items() if n != trainer_state}
+            atomic_write_json(final / CHECKPOINT_MANIFEST, {"version": 1, "files": keep})
+            state.unlink()
+    return freed
+
+
+def _manifest_files(folder: Path) -> dict:
+    try:
+        return json.loads((folder / CHECKPOINT_MANIFEST).read_text())["files"]
+    except (FileNotFoundError, ValueError, KeyError):  # no manifest yet: record the folder as it is
+        write_checkpoint_manifest(folder)
+        return json.loads((folder / CHECKPOINT_MANIFEST).read_text())["files"]
+
+
 def checkpoint_problem(folder: str | Path, legacy: str = "trainer_state.pt") -> str | None:
     """Why the checkpoint at ``folder`` cannot be resumed from (a file missing, cut short or changed against
     its manifest), or None when it is intact. A checkpoint from before manifests is taken as it is when it

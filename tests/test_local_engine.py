@@ -273,6 +273,32 @@ def test_completed_run_is_not_retrained(tmp_path, toy_data, small_agent):
     assert (tmp_path / "gspo" / "metrics.jsonl").stat().st_mtime_ns == mtime
 
 
+def test_a_completed_run_can_keep_its_final_weights_only(tmp_path, toy_data, small_agent, other_agent):
+    """final_checkpoint: weights (a runtime option): once complete, every agent keeps only the final step's
+    weights, intact against its rewritten manifest and loadable; the run is not retrained and its identity
+    is the full run's. A many-run target (config/real-claims.yaml) fits a disk with it."""
+    from transformers import AutoModelForCausalLM
+
+    from hacpo.runio import checkpoint_problem
+
+    agents = [("a", small_agent), ("b", other_agent)]
+    kw = dict(data=toy_data, steps=4, checkpoint_every=2, keep_checkpoints=2)
+    full = LocalTrainer(_cfg(tmp_path / "full", agents, "hacpo", **kw))
+    slim_cfg = _cfg(tmp_path / "slim", agents, "hacpo", final_checkpoint="weights", **kw)
+    slim = LocalTrainer(slim_cfg)
+    assert slim.config_hash() == slim_cfg.model_copy(update={"final_checkpoint": "full"}).config_hash()
+    full.train(), slim.train()
+    for name in ("a", "b"):
+        kept = sorted(p.name for p in (tmp_path / "full/hacpo/checkpoints" / name).iterdir())
+        assert kept == ["step-2", "step-4"]
+        folder = tmp_path / "slim/hacpo/checkpoints" / name
+        assert sorted(p.name for p in folder.iterdir()) == ["step-4"]
+        assert not (folder / "step-4" / "trainer_state.pt").exists()
+        assert checkpoint_problem(folder / "step-4") is None
+        AutoModelForCausalLM.from_pretrained(folder / "step-4")
+    assert train(slim_cfg).complete  # not retrained: nothing to resume from is needed
+
+
 def test_changed_config_in_existing_dir_is_refused(tmp_path, toy_data, small_agent):
     train(_cfg(tmp_path, [("a", small_agent)], "gspo", data=toy_data, steps=1))
     with pytest.raises(ValueError, match="different config"):
@@ -620,6 +646,7 @@ def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent
     new |= {"same_tokenizer", "reward"}  # issue 25: at their defaults a run keeps its identity
     runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf", "logging"}  # logging: issue 31
     runtime |= {"reward_timeout_s", "reward_retry_budget_s"}  # issues 37 and 43
+    runtime |= {"final_checkpoint"}  # issue 44
     new |= {"adapter"}  # issue 42: full fine-tuning, on the run and on each agent
     new |= {"rescue_advantage"}  # issue 45: SGT's knob, None for every other method
     old = cfg.model_dump(exclude={*runtime, *new, "agents"})

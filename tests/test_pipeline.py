@@ -180,6 +180,7 @@ RUNTIME_VALUES = {  # a non-default value of every runtime option a config sets 
     "gradient_checkpointing": True,
     "micro_batch_tokens": 4096,
     "generation_batch_tokens": 8192,
+    "final_checkpoint": "weights",
 }
 
 

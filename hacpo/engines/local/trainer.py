@@ -66,6 +66,7 @@ from hacpo.runio import (
     RunRecord,
     atomic_dir,
     intact_resume_step,
+    keep_final_weights,
     read_jsonl,
     run_lock,
     sweep_temporaries,
@@ -679,6 +680,8 @@ class LocalTrainer:
         ).write(self.out)
         final = {a.name: str(self.out / "checkpoints" / a.name / f"step-{cfg.steps}") for a in self.agents}
         self._write_run_json("complete", cfg.steps, final_checkpoints=final, profile=profile)
+        if cfg.final_checkpoint == "weights":  # after "complete": a kill midway leaves a complete run
+            keep_final_weights(self.out / "checkpoints", cfg.steps)
         self.scorer.close()
         return RunRecord.read(self.out)
 
