@@ -158,8 +158,10 @@ def test_two_joint_hacpo_steps_and_an_evaluation_on_the_real_pair(real_models, t
     re-encoded BPE → SentencePiece and back), then evaluated alone on a few items."""
     from hacpo.data.synthetic import Problem, write_jsonl
 
-    # one-digit sums at temperature 0.7: SmolLM2 mostly right, Gemma mostly wrong, so both get advantages
-    easy = [Problem(f"e{a}{b}", f"0{a}+0{b}", str(a + b), "add2", 1, f"0{a}+0{b}={a + b}") for a, b in
+    # one-digit sums at temperature 0.7: SmolLM2 right on ≈ 0.44 of its samples, Gemma mostly wrong, so both
+    # get advantages. Written "1+2": with leading zeros ("01+02") SmolLM2 scored 0.03, and whether one of its
+    # 16 samples was right then depended on the CPU's bf16 kernels (it failed on an EPYC without AMX)
+    easy = [Problem(f"e{a}{b}", f"{a}+{b}", str(a + b), "add2", 1, f"{a}+{b}={a + b}") for a, b in
             ((1, 2), (3, 4), (2, 5), (4, 4))]  # fmt: skip
     write_jsonl(tmp_path / "train.jsonl", easy)
     cfg = {
