@@ -519,8 +519,9 @@ def test_real_model_dag_imports_each_model_once_and_counts_train_threads(tmp_pat
 
 def test_real_claims_target_at_ci_size_end_to_end(real_models, tmp_path):
     """config/real-claims.yaml under its CI overlay (issue 44), run for real: SmolLM2 imported and warmed by
-    the workflow, the state pair's single and joint runs at temperature 0.5 on two seeds, their evaluations,
-    both drawn tables, the steps figure and the scorecard, decided on paired seeds."""
+    the workflow, the state pair's single and joint runs at temperature 0.5 on one seed, their evaluations,
+    both drawn tables, the steps figure and the scorecard (one seed: each difference, no verdict; paired seeds
+    are decided above, on config/ci.yaml's Table 6)."""
     configs = [str(ROOT / "config" / f"{name}.yaml") for name in ("real-claims", "real-claims-ci")]
     run([*SNAKEMAKE, "-c2", "--configfile", *configs, "--directory", str(tmp_path)], timeout=1800)
     res = tmp_path / "results" / "real-claims-ci"
@@ -528,15 +529,15 @@ def test_real_claims_target_at_ci_size_end_to_end(real_models, tmp_path):
     base = json.loads((res / "models" / "smollm2" / "hacpo-model.json").read_text())
     assert warm["warmup"]["identity"]["base"]["source_sha256"] == base["source_sha256"]
     assert warm["warmup"]["steps"] == 2 and warm["prompt_format"] == "few_shot"
-    hacpo = res / "runs" / "joint" / "state" / "hacpo" / "seed1"
+    hacpo = res / "runs" / "joint" / "state" / "hacpo" / "seed0"
     assert json.loads((hacpo / "run.json").read_text())["config"]["temperature"] == 0.5
     row = json.loads((hacpo / "metrics.jsonl").read_text().splitlines()[0])
     assert {"smollm2/own_adv_sum", "smollm2_warm/cross_adv_sum", "smollm2/s_hete_mean"} <= set(row)
     rows = list(csv.DictReader((res / "tables" / "claims.csv").open()))
-    assert rows and all(r["n_seeds"] == "2" and r["verdict"] != "one seed" for r in rows)
+    assert rows and all(r["n_seeds"] == "1" and r["verdict"] == "one seed" for r in rows)
     assert {r["claim"] for r in rows} >= {"gspo_beats_base", "hacpo_beats_gspo_x2", "faster_than_gspo_x2"}
     steps = list(csv.DictReader((res / "figures" / "weak_steps.csv").open()))
     assert {r["method"] for r in steps} == {"hacpo", "hacpo_no_omega"}
-    assert len({r["seed"] for r in steps}) == 2  # each seed's metrics.jsonl
+    assert {r["seed"] for r in steps} == {"0"}  # the seed's metrics.jsonl
     for name in ("table1", "weak_partner", "claims", "weak_steps", "state_steps"):
         assert (res / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name

@@ -165,6 +165,11 @@ class Model(_Strict):
 
     _v = field_validator("train")(classmethod(lambda cls, v: _check_train_keys(v)))
 
+    @property
+    def written_by_workflow(self) -> bool:
+        """Imported (``source:``) or warmed from an import (``warm:``): written under ``<results>/models``."""
+        return self.source is not None or self.warm is not None
+
     @model_validator(mode="after")
     def _one_source(self):
         if sum(x is not None for x in (self.hub, self.warmup, self.source, self.warm)) != 1:

@@ -93,7 +93,7 @@ class Pipeline:
 
     def model_path(self, model: str) -> str:
         m = self.cfg.models[model]
-        if m.source is not None or m.warm is not None:
+        if m.written_by_workflow:
             return f"{self.results}/models/{model}"
         return m.hub if m.hub else f"{self.results}/agents/{model}"
 
@@ -171,7 +171,7 @@ class Pipeline:
         ``config.json`` (it reads model directories and downloads nothing), checked when the DAG is built so
         that a model not yet downloaded stops the workflow before any job runs."""
         m = self.cfg.models[model]
-        if m.source is not None or m.warm is not None:
+        if m.written_by_workflow:
             return [self.import_marker(model)]
         if not m.hub:
             return [self.agent_marker(model)]

@@ -14,6 +14,7 @@ The whole paper DAG on this stack is the rehearsal (config/rehearsal-ci.yaml, CI
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -88,6 +89,16 @@ def _comparable(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 
+def _command_line(process) -> str:
+    """A child's command line; "" for one that exited or turned zombie since it was listed (Ray's workers)."""
+    import psutil
+
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
 def _kill_policy_actor_after_checkpoint(cfg: TrainConfig, step: int, stop: threading.Event) -> list[int]:
     """SIGKILL this job's policy-actor processes once the controller's state says ``step``."""
     import psutil
@@ -97,11 +108,13 @@ def _kill_policy_actor_after_checkpoint(cfg: TrainConfig, step: int, stop: threa
     state = Layout(Path(cfg.out_dir)).joint_state
     while not stop.is_set():
         if state.is_file() and json.loads(state.read_text())["step"] >= step:
-            me = psutil.Process()
-            victims = [p for p in me.children(recursive=True) if "HacpoPolicyActor" in " ".join(p.cmdline())]
+            children = psutil.Process().children(recursive=True)
+            victims = [p for p in children if "HacpoPolicyActor" in _command_line(p)]
             for p in victims:
-                os.kill(p.pid, signal.SIGKILL)
-            return [p.pid for p in victims]
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signal.SIGKILL)
+            if victims:
+                return [p.pid for p in victims]
         time.sleep(0.2)
     return []
 
@@ -269,7 +282,7 @@ def test_a_verifier_failing_the_whole_first_batch_stops_openrlhfs_own_trainer_be
     assert json.loads(layout.verifier_stop.read_text())["failed"] == 16  # 4 prompts × 4 samples, 1 engine
     assert RunRecord.read(tmp_path / "run").status == "failed"
     assert not list((tmp_path / "run" / "checkpoints").glob("*/step-*"))
-    assert not any("RolloutRayActor" in " ".join(p.cmdline()) for p in psutil.Process().children(True))
+    assert not any("RolloutRayActor" in _command_line(p) for p in psutil.Process().children(True))
 
 
 def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_its_budget(
