@@ -199,6 +199,14 @@ def test_an_adapter_checkpoint_evaluates_and_exports_merged(tmp_path, toy_data, 
     merged = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
     with torch.no_grad():
         torch.testing.assert_close(token_logprobs(merged, ids, 3), live, rtol=0, atol=1e-5)
+    # served in bf16 as a plain load of the export is: the weights cast, RoPE's buffers kept in float32
+    served = adapters.load_causal_lm(ckpt, torch.bfloat16)
+    plain = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16)
+    got = {**dict(served.named_parameters()), **dict(served.named_buffers())}
+    want = {**dict(plain.named_parameters()), **dict(plain.named_buffers())}
+    assert got.keys() == want.keys() and served.config.dtype == plain.config.dtype
+    for name, tensor in want.items():
+        assert got[name].dtype == tensor.dtype and torch.equal(got[name], tensor), name
     again = subprocess.run([*hacpo, "export", "--checkpoint", str(ckpt), "--out", str(out), "--merge"],
                            capture_output=True, text=True)  # fmt: skip
     assert again.returncode != 0 and "exists" in again.stderr

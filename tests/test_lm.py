@@ -64,6 +64,26 @@ def test_sampling_logprobs_equal_a_full_forward(kind, padded):
     assert torch.equal(out.mask, response_mask(out.tokens, 2))
 
 
+@pytest.mark.parametrize("kind", ["llama", "qwen3", "gpt2"])
+@pytest.mark.parametrize("frozen", [False, True])
+def test_prompt_encoding_of_a_frozen_model_never_copies_its_head_per_prompt(kind, frozen):
+    """The prefill keeps the last position's logits only. A model that needs no grad (served for evaluation;
+    a LoRA base) once took torch's bmm path there, the [V, H] head copied per prompt (8.3 GB for 128
+    SmolLM2 prompts): the head is one mm, whatever the parameters' ``requires_grad``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model = _model(kind).eval().requires_grad_(not frozen)
+    ids = torch.randint(3, 40, (8, 6))
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        prompts = encode_prompts(model, ids)
+    vocab = model.config.vocab_size
+    batched = [e.input_shapes for e in prof.events() if e.name == "aten::bmm"]
+    assert not [s for s in batched if any(len(x) == 3 and vocab in x[1:] for x in s)], batched
+    with torch.no_grad():
+        last = model(input_ids=ids).logits[:, -1]
+    torch.testing.assert_close(prompts.first_logits, last, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("kind,kv_heads", [("llama", 4), ("llama", 2), ("qwen3", 4), ("qwen3", 1)])
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -128,7 +128,12 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32, base: s
 
     model = AutoModelForCausalLM.from_pretrained(base_of(path, base), dtype=torch.float32)
     merged = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
-    return merged.to(dtype)
+    # as from_pretrained(dtype=...) loads a plain model: the weights cast, the buffers (RoPE's inverse
+    # frequencies) kept in float32; `.to(dtype)` rounded those too, moving positions off the plain model's
+    for p in merged.parameters():
+        p.data = p.data.to(dtype)
+    merged.config.dtype = dtype
+    return merged
 
 
 def export_merged(checkpoint: str | Path, out: str | Path, base: str | Path | None = None) -> Path:
