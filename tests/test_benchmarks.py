@@ -41,3 +41,15 @@ def test_bench_gpu_tiny_on_cpu(tmp_path):
     del cut["compare"], cut["runs"][2:]
     text = bench.markdown(report)
     assert "(incomplete: 2 of 6 runs)" in text and text.count("| gspo (") == 4 and "hacpo (" in text
+
+
+def test_bench_serve_on_a_tiny_frozen_model(small_agent, toy_data):
+    """benchmarks/bench_serve.py (docs/performance.md, "Serving a frozen model") serves a checkpoint."""
+    script, problems = ROOT / "benchmarks" / "bench_serve.py", toy_data / "test.jsonl"
+    cmd = [sys.executable, str(script), "--checkpoint", str(small_agent), "--problems", str(problems),
+           "--n", "4", "--frozen", "--precision", "fp32"]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["n"] == 4 and out["frozen"] and 0 < out["encode_s"] <= out["generate_s"]
+    assert out["peak_rss_mb"] > 0
