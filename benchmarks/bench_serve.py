@@ -3,8 +3,8 @@
     python benchmarks/bench_serve.py --checkpoint DIR --problems FILE.jsonl [--n 128] [--precision auto]
 
 ``--checkpoint``: a model directory or a LoRA adapter checkpoint (served merged, as ``hacpo eval`` serves
-it); ``--frozen`` serves it with ``requires_grad`` off on every weight (a plain load leaves it on; a merged
-adapter's weights are off). One batch of ``--n`` problems, as evaluation batches them. Prints one JSON line:
+it); ``--frozen`` turns ``requires_grad`` off on every weight (a plain load leaves it on, a merged adapter
+comes with it off). One batch of ``--n`` problems, as evaluation batches them. Prints one JSON line:
 ``encode_s`` (the prompts' forward, the last position's logits kept), ``generate_s`` (all of it),
 ``peak_rss_mb``. docs/performance.md ("Serving a frozen model") quotes it.
 """
@@ -37,7 +37,8 @@ def main() -> None:
     args = ap.parse_args()
 
     generator = LocalGenerator(args.checkpoint, precision=args.precision, threads=args.threads)
-    generator.model.requires_grad_(not args.frozen)
+    if args.frozen:
+        generator.model.requires_grad_(False)
     with open(args.problems) as f:
         problems = [json.loads(line) for line in f][: args.n]
     timed = {}
