@@ -55,7 +55,7 @@ def main() -> None:
     generator.generate(problems, Sampling, batch_size=len(problems))
     timed["generate_s"] = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    record = {k: round(v, 2) for k, v in timed.items()}
+    record = {k: round(v, 4) for k, v in timed.items()}
     record.update(peak_rss_mb=round(peak), n=len(problems), precision=generator.precision, frozen=args.frozen)
     print(json.dumps({**record, "torch": torch.__version__}))
 
