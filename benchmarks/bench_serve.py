@@ -20,10 +20,9 @@ import torch
 
 import hacpo.agents.lm as lm
 from hacpo.eval.local import LocalGenerator
+from hacpo.eval.run import Sampling, read_benchmark
 
-
-class Sampling:
-    seed, prompt_style, max_new_tokens, k, temperature, top_p, greedy = 0, "paper", 24, 1, 1.0, 1.0, True
+GREEDY = Sampling(max_new_tokens=24, prompt_style="paper")  # config/real-claims.yaml's evaluation
 
 
 def main() -> None:
@@ -39,8 +38,7 @@ def main() -> None:
     generator = LocalGenerator(args.checkpoint, precision=args.precision, threads=args.threads)
     if args.frozen:
         generator.model.requires_grad_(False)
-    with open(args.problems) as f:
-        problems = [json.loads(line) for line in f][: args.n]
+    problems = read_benchmark(args.problems, limit=args.n)
     timed = {}
     encode = lm.encode_prompts
 
@@ -52,7 +50,7 @@ def main() -> None:
 
     lm.encode_prompts = timed_encode  # generate() looks it up in its module at each call
     start = time.perf_counter()
-    generator.generate(problems, Sampling, batch_size=len(problems))
+    generator.generate(problems, GREEDY, batch_size=len(problems))
     timed["generate_s"] = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     record = {k: round(v, 4) for k, v in timed.items()}
