@@ -195,6 +195,30 @@ def test_a_warmed_model_learns_its_formats_answer_and_records_what_made_it(tmp_p
     assert not [p for p in tmp_path.rglob("*.tmp")]
 
 
+def test_a_warm_up_can_teach_the_answer_form_the_model_already_writes():
+    """``answer: few_shot`` (issue 44): the SFT target is the few-shot examples' own form, so a warmed model
+    differs from its base in the arithmetic, not in how it writes an answer (cross ratios near 1). The default
+    keeps its identity: warm-ups recorded before the field existed are served from the cache, not redone."""
+    from hacpo.agents.formats import few_shot_answer
+    from hacpo.agents.warmup import ModelWarmup
+    from hacpo.data.synthetic import make_splits
+    from hacpo.pipeline.config import WarmFrom
+
+    p = next(q for q in make_splits(["add2"], seed=0, n_test=8, n_dev=4, n_train=8)["train"] if "+" in q.work)
+    a, b = p.problem.split("+")
+    want = f"{a} + {b} = {p.answer}. The answer is \\boxed{{{p.answer}}}."
+    assert ModelWarmup(answer="few_shot").answer_text(p) == want
+    assert ModelWarmup().answer_text(p) == f"{p.work}. \\boxed{{{p.answer}}}"
+    assert f"Answer: {few_shot_answer('12+68=80', '80')}\n" in FEW_SHOT  # the examples are written by it
+    assert few_shot_answer("", "7") == "The answer is \\boxed{7}."
+    assert ModelWarmup().spec_hash() == "4b0314aa3af96aa7"  # the hash of every warm-up made so far
+    assert ModelWarmup(answer="few_shot").spec_hash() != ModelWarmup().spec_hash()
+    with pytest.raises(ValueError, match="unknown answer form 'chat'"):
+        ModelWarmup(answer="chat")
+    assert "answer" not in WarmFrom.model_validate({"from": "m"}).spec()  # the rule's params: unchanged
+    assert WarmFrom.model_validate({"from": "m", "answer": "few_shot"}).spec()["answer"] == "few_shot"
+
+
 def test_the_sliced_sft_loss_equals_the_full_cross_entropy(tmp_path):
     """A pretrained model's warm-up runs its head on answer positions in slices: the same loss and gradient
     as cross-entropy over the model's full logits (the tiny agents keep the latter, bit for bit)."""

@@ -20,12 +20,22 @@ the tokenizer's BOS text where its tokenizer adds one by itself (Gemma), nothing
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+
+def few_shot_answer(work: str, answer: str) -> str:
+    """The few-shot examples' answer form: work ``"12+68=80"``, answer ``"80"`` →
+    ``"12 + 68 = 80. The answer is \\boxed{80}."`` (spaced operators, then the boxed answer in words), the
+    form an imported model copies from :data:`FEW_SHOT`. Without work: ``"The answer is \\boxed{80}."``."""
+    spaced = re.sub(r"\s*([+\-*=])\s*", r" \1 ", work).strip()
+    return f"{spaced + '. ' if spaced else ''}The answer is \\boxed{{{answer}}}."
+
+
 FEW_SHOT = (
-    "Question: What is 12 + 68?\nAnswer: 12 + 68 = 80. The answer is \\boxed{80}.\n\n"
+    f"Question: What is 12 + 68?\nAnswer: {few_shot_answer('12+68=80', '80')}\n\n"
     "Question: A box holds 3 rows of 4 eggs. How many eggs are in the box?\n"
-    "Answer: 3 * 4 = 12. The answer is \\boxed{12}.\n\n"
+    f"Answer: {few_shot_answer('3*4=12', '12')}\n\n"
 )
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from hacpo.agents.formats import few_shot_answer
 from hacpo.agents.lm import left_pad, token_logprobs
 from hacpo.agents.models import AgentArch, build_model, param_count
 from hacpo.agents.prompting import exact_boxed_match, greedy_accuracy, prompt_ids
@@ -323,9 +324,11 @@ def _save_atomically(out_dir: Path, model, tok, meta: dict) -> None:
 @dataclass(frozen=True)
 class ModelWarmup:
     """A short SFT of a pretrained (imported) model on the task's train split, in its own prompt format: the
-    answer is the worked one-line solution (``" 12+34=46. \\boxed{46}"``) ending at the format's first stop
-    (the newline of ``few_shot``/``completion``, else EOS). Full fine-tuning, AdamW, fp32 master weights,
-    bf16 autocast where the CPU runs it natively (``precision: auto``)."""
+    answer (``answer``) is the worked one-line solution (``"solution"``: ``" 12+34=46. \\boxed{46}"``) or the
+    few-shot examples' form (``"few_shot"``: ``" 12 + 34 = 46. The answer is \\boxed{46}."``, what the
+    imported model already writes: a warm-up that teaches the arithmetic, not a new form), ending at the
+    format's first stop (the newline of ``few_shot``/``completion``, else EOS). Full fine-tuning, AdamW, fp32
+    master weights, bf16 autocast where the CPU runs it natively (``precision: auto``)."""
 
     style: str = "paper"
     seed: int = 0
@@ -341,11 +344,14 @@ class ModelWarmup:
     n_dev: int = 100
     max_new_tokens: int = 32
     precision: str = "auto"
+    answer: str = "solution"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(self.betas))
         if self.style not in ("compact", "paper"):
             raise ValueError(f"unknown prompt style {self.style!r}; use 'compact' or 'paper'")
+        if self.answer not in ("solution", "few_shot"):
+            raise ValueError(f"unknown answer form {self.answer!r}; use 'solution' or 'few_shot'")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be auto, fp32 or bf16, got {self.precision!r}")
         if (
@@ -364,8 +370,17 @@ class ModelWarmup:
         return {**asdict(self), "betas": list(self.betas)}
 
     def spec_hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        fields = self.to_dict()
+        if fields["answer"] == "solution":  # the default: warm-ups recorded before the field keep their hash
+            del fields["answer"]
+        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def answer_text(self, problem: Problem) -> str:
+        """The SFT target's text, before the format's stop (see ``answer``)."""
+        if self.answer == "few_shot":
+            return few_shot_answer(problem.work, problem.answer)
+        return solution_text(problem, self.style)
 
 
 BASE_IDENTITY = ("source_sha256", "prompt_format", "importer_version", "warmup")  # what makes the base
@@ -426,7 +441,7 @@ def warm_model(
     end = answer_end_id(tok, base_manifest["prompt_format"])
 
     def answer_of(p: Problem) -> list[int]:
-        return tok(" " + solution_text(p, spec.style), add_special_tokens=False)["input_ids"] + [end]
+        return tok(" " + spec.answer_text(p), add_special_tokens=False)["input_ids"] + [end]
 
     precision = resolve_precision(spec.precision, torch.device(device).type)
 

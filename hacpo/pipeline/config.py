@@ -138,10 +138,12 @@ class WarmFrom(_Strict):
     eval_every: int = Field(10, ge=1)
     n_dev: int = Field(100, ge=1)
     seed: int = 0
+    answer: Literal["solution", "few_shot"] = "solution"  # the answer form it learns (ModelWarmup.answer)
 
     def spec(self) -> dict:
-        """The :class:`~hacpo.agents.warmup.ModelWarmup` fields (everything but ``from``)."""
-        return self.model_dump(exclude={"base"})
+        """The :class:`~hacpo.agents.warmup.ModelWarmup` fields (everything but ``from``; ``answer`` only
+        where it is not the default, so that warm-ups recorded before it existed keep their parameters)."""
+        return self.model_dump(exclude={"base"} | ({"answer"} if self.answer == "solution" else set()))
 
 
 class Model(_Strict):
