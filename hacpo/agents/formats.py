@@ -22,6 +22,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal, get_args
+
+# What a warm-up teaches a model to write (hacpo.agents.warmup.ModelWarmup.answer): the worked one-line
+# solution, or the few-shot examples' form (:func:`few_shot_answer`)
+AnswerForm = Literal["solution", "few_shot"]
+ANSWER_FORMS: tuple[str, ...] = get_args(AnswerForm)
 
 
 def few_shot_answer(work: str, answer: str) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from hacpo.agents.formats import few_shot_answer
+from hacpo.agents.formats import ANSWER_FORMS, few_shot_answer
 from hacpo.agents.lm import left_pad, token_logprobs
 from hacpo.agents.models import AgentArch, build_model, param_count
 from hacpo.agents.prompting import exact_boxed_match, greedy_accuracy, prompt_ids
@@ -350,8 +350,8 @@ class ModelWarmup:
         object.__setattr__(self, "betas", tuple(self.betas))
         if self.style not in ("compact", "paper"):
             raise ValueError(f"unknown prompt style {self.style!r}; use 'compact' or 'paper'")
-        if self.answer not in ("solution", "few_shot"):
-            raise ValueError(f"unknown answer form {self.answer!r}; use 'solution' or 'few_shot'")
+        if self.answer not in ANSWER_FORMS:
+            raise ValueError(f"unknown answer form {self.answer!r}; use one of {', '.join(ANSWER_FORMS)}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be auto, fp32 or bf16, got {self.precision!r}")
         if (

@@ -19,6 +19,7 @@ from pydantic import (
     model_validator,
 )
 
+from hacpo.agents.formats import AnswerForm
 from hacpo.algo import HACPO_KNOBS, get_method
 from hacpo.config import Adapter, Alpha, CrossClipLow, DeltaStep, RunLogging
 from hacpo.data.own import FieldMap, HubDataset
@@ -138,7 +139,7 @@ class WarmFrom(_Strict):
     eval_every: int = Field(10, ge=1)
     n_dev: int = Field(100, ge=1)
     seed: int = 0
-    answer: Literal["solution", "few_shot"] = "solution"  # the answer form it learns (ModelWarmup.answer)
+    answer: AnswerForm = "solution"  # the answer form it learns (ModelWarmup.answer)
 
     def spec(self) -> dict:
         """The :class:`~hacpo.agents.warmup.ModelWarmup` fields (everything but ``from``; ``answer`` only
