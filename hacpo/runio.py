@@ -175,6 +175,21 @@ def sweep_temporaries(root: str | Path) -> int:
 
 
 @contextlib.contextmanager
+def waiting_lock(path: str | Path):
+    """Hold the file ``path`` exclusively (flock), waiting for any other holder: for writers of a shared
+    cache, so that a second writer finds the first one's entry complete instead of replacing it under its
+    readers. The kernel drops the lock when the holder dies."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield path
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def run_lock(run_dir: str | Path):
     """Hold ``run_dir/.lock`` exclusively (flock): a second process training the same run directory fails at
     once instead of interleaving writes. The kernel drops the lock when the holder dies, even by SIGKILL."""

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hacpo.runio import RunRecord, atomic_dir, atomic_write_text, run_lock, sweep_temporaries
+from hacpo.runio import RunRecord, atomic_dir, atomic_write_text, run_lock, sweep_temporaries, waiting_lock
 
 
 def _record(**kw) -> RunRecord:
@@ -63,6 +63,35 @@ def test_a_second_writer_of_a_run_directory_is_refused_until_the_first_dies(tmp_
         holder.wait()
     with run_lock(tmp_path):
         pass
+
+
+def test_a_second_writer_of_a_shared_cache_waits_for_the_first(tmp_path):
+    """The model cache's import lock: a second importer waits (it does not fail, nor replace the first one's
+    entry under its readers) and goes on once the first holder is gone, even killed."""
+    import threading
+
+    lock = tmp_path / "cache" / ".import.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from hacpo.runio import waiting_lock\n"
+         "with waiting_lock(sys.argv[1]):\n    print('held', flush=True); time.sleep(60)", str(lock)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    got = threading.Event()
+
+    def second():
+        with waiting_lock(lock):
+            got.set()
+
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        assert not got.wait(1.0), "the second writer did not wait for the first"
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases the lock
+        holder.wait()
+    waiter.join(30)
+    assert got.is_set()
 
 
 def test_sweep_removes_only_what_interrupted_atomic_writes_left(tmp_path):

@@ -37,7 +37,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from hacpo.agents.formats import get_format
-from hacpo.runio import atomic_dir, atomic_write_json, sha256_file
+from hacpo.runio import atomic_dir, atomic_write_json, sha256_file, waiting_lock
 
 IMPORTER_VERSION = 2  # bump when the imported directory changes for the same source and format
 # 2: the GGUF tokenizer checked against its metadata (entries of 1 may hold transformers 5.15's conversion)
@@ -180,14 +180,17 @@ def import_model(
     check_import_deps(source, installed=True)
     cache = cache_root()
     t0 = time.time()
-    path = source.resolve(cache)
-    sha = _digest(path)
-    fmt = prompt_format or "chat"
-    entry = hashlib.sha256(json.dumps([sha, fmt, IMPORTER_VERSION]).encode()).hexdigest()[:20]
-    cached = cache / entry
-    hit = (cached / MANIFEST).is_file()
-    if not hit:
-        _convert(source, path, sha, fmt, cached, key)
+    # imports of one machine run one at a time (two workflows, or a workflow beside the tests, importing the
+    # same model): the second waits, then finds the entry complete
+    with waiting_lock(cache / ".import.lock"):
+        path = source.resolve(cache)
+        sha = _digest(path)
+        fmt = prompt_format or "chat"
+        entry = hashlib.sha256(json.dumps([sha, fmt, IMPORTER_VERSION]).encode()).hexdigest()[:20]
+        cached = cache / entry
+        hit = (cached / MANIFEST).is_file()
+        if not hit:
+            _convert(source, path, sha, fmt, cached, key)
     manifest = json.loads((cached / MANIFEST).read_text())
     _link_tree(cached, Path(out))
     manifest = {**manifest, "cache": str(cached), "cache_hit": hit, "seconds": round(time.time() - t0, 1)}
