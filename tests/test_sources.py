@@ -97,7 +97,8 @@ def test_import_writes_the_format_and_every_stop_id_and_caches(tmp_path, cache):
     ).stat().st_ino  # hard links into the cache
     # another format is another cache entry; no half-written directory is left anywhere
     import_model({"hf_dir": str(src)}, "few_shot", tmp_path / "models" / "fs")
-    assert len([p for p in cache.iterdir() if p.name != "gguf"]) == 2
+    entries = [p.name for p in cache.iterdir() if p.name != "gguf" and not p.name.startswith(".")]
+    assert len(entries) == 2 and (cache / ".import.lock").is_file()  # the lock imports wait on
     assert not [p for p in tmp_path.rglob("*.tmp")]
 
 
