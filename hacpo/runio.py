@@ -175,18 +175,21 @@ def sweep_temporaries(root: str | Path) -> int:
 
 
 @contextlib.contextmanager
-def waiting_lock(path: str | Path):
-    """Hold the file ``path`` exclusively (flock), waiting for any other holder: for writers of a shared
-    cache, so that a second writer finds the first one's entry complete instead of replacing it under its
-    readers. The kernel drops the lock when the holder dies."""
-    path = Path(path)
+def _flock(path: Path, flags: int):
+    """Hold the file ``path`` under ``fcntl.flock(flags)``; the kernel drops it when the holder dies."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+        fcntl.flock(f, flags)
         try:
             yield path
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def waiting_lock(path: str | Path):
+    """Hold the file ``path`` exclusively, waiting for any other holder: for writers of a shared cache, so
+    that a second writer finds the first one's entry complete instead of replacing it under its readers."""
+    return _flock(Path(path), fcntl.LOCK_EX)
 
 
 @contextlib.contextmanager
@@ -194,19 +197,15 @@ def run_lock(run_dir: str | Path):
     """Hold ``run_dir/.lock`` exclusively (flock): a second process training the same run directory fails at
     once instead of interleaving writes. The kernel drops the lock when the holder dies, even by SIGKILL."""
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / ".lock", "w") as f:
+    with contextlib.ExitStack() as held:
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            held.enter_context(_flock(run_dir / ".lock", fcntl.LOCK_EX | fcntl.LOCK_NB))
         except BlockingIOError:
             raise ValueError(
                 f"{run_dir} is being written by another process (it holds {run_dir / '.lock'}); "
                 "wait for it or stop it"
             ) from None
-        try:
-            yield run_dir
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        yield run_dir
 
 
 @dataclass
