@@ -18,7 +18,7 @@ SHIPPED = (
     "real-claims",
 )
 # an overlay → the config it is laid over (both files given)
-OVERLAYS = {"real-claims-ci": "real-claims", "real-claims-state": "real-claims"}
+OVERLAYS = {name: "real-claims" for name in ("real-claims-ci", "real-claims-state", "real-claims-weak")}
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 
@@ -28,16 +28,20 @@ def pipe(name: str = "config", **changes) -> Pipeline:
     return Pipeline(cfg, base_dir=str(ROOT), config_files=[str(ROOT / "config" / f"{name}.yaml")])
 
 
-def test_the_state_part_of_the_real_target_is_a_subset_of_its_runs():
-    """config/real-claims-state.yaml shares the whole target's folder: every run it trains is one of the
-    target's, with the same run config, so the target reuses them."""
-    files = [str(ROOT / "config" / f"{n}.yaml") for n in ("real-claims", "real-claims-state")]
-    part = Pipeline.from_files(files, base_dir=str(ROOT))
+@pytest.mark.parametrize(
+    ("part", "groups"),
+    [("state", {"smollm2", "smollm2_warm", "state"}), ("weak", {"smollm2", "gemma3", "model_cold"})],
+)
+def test_a_part_of_the_real_target_is_a_subset_of_its_runs(part, groups):
+    """config/real-claims-{state,weak}.yaml share the whole target's folder: every run a part trains is one
+    of the target's, with the same run config, so the target (and the other part) reuses them."""
+    files = [str(ROOT / "config" / f"{n}.yaml") for n in ("real-claims", f"real-claims-{part}")]
+    part_pipe = Pipeline.from_files(files, base_dir=str(ROOT))
     whole = Pipeline.from_files(files[:1], base_dir=str(ROOT))
-    assert part.results == whole.results and set(part.runs) < set(whole.runs)
-    assert {r.group for r in part.runs} == {"smollm2", "smollm2_warm", "state"}
-    for run in part.runs:
-        assert part.train_config(run) == whole.train_config(run)
+    assert part_pipe.results == whole.results and set(part_pipe.runs) < set(whole.runs)
+    assert {r.group for r in part_pipe.runs} == groups
+    for run in part_pipe.runs:
+        assert part_pipe.train_config(run) == whole.train_config(run)
 
 
 def test_every_shipped_workflow_config_is_tested():
