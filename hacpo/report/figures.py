@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -136,7 +137,9 @@ def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str 
         sns.lineplot(d, x=x, y="value", hue="line", palette=palette, errorbar=band, seed=0, marker="o",
                      markersize=3, ax=ax)
         y_label = panel.get("y_label") or spec.get("y_label", "accuracy")
-        ax.set(title=panel.get("title", ""), xlabel=x_label, ylabel=y_label)
+        # a long "agent (pair): metric" title would run into its neighbour's: wrap it at the panel's width
+        title = textwrap.fill(panel.get("title", ""), 40, break_on_hyphens=False)
+        ax.set(title=title, xlabel=x_label, ylabel=y_label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and updates are counts
         ax.legend(title=None, fontsize="small")
     return _png(fig, axes[len(panels):], spec.get("title"))
