@@ -30,6 +30,10 @@ FIGURES: dict[str, tuple[str, str]] = {
     "claims_full.png": ("results/config/figures/claims_full.png", "snakemake claims_full"),
     "sharing_rules.png": ("results/config/figures/sharing_rules.png", "snakemake sharing_rules"),
     "real_figure2.png": ("results/real/figures/figure2.png", REAL),
+    "weak_steps.png": (
+        "results/real-claims/figures/weak_steps.png",
+        "snakemake -c2 --configfile config/real-claims.yaml config/real-claims-weak.yaml",
+    ),
 }
 
 
