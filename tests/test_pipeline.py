@@ -18,8 +18,10 @@ SHIPPED = (
     "real-claims",
 )
 # an overlay → the config it is laid over (both files given)
-PARTS = ("real-claims-ci", "real-claims-state", "real-claims-model", "real-claims-weak")
-OVERLAYS = {name: "real-claims" for name in PARTS}
+OVERLAYS = {
+    name: "real-claims"
+    for name in ("real-claims-ci", "real-claims-state", "real-claims-model", "real-claims-weak")
+}
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 
