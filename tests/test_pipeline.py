@@ -20,7 +20,8 @@ SHIPPED = (
 # an overlay → the config it is laid over (both files given)
 OVERLAYS = {
     name: "real-claims"
-    for name in ("real-claims-ci", "real-claims-state", "real-claims-model", "real-claims-weak")
+    for name in ("real-claims-ci", "real-claims-pairs", "real-claims-state", "real-claims-model",
+                 "real-claims-weak")
 }
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
@@ -37,11 +38,13 @@ def pipe(name: str = "config", **changes) -> Pipeline:
         ("state", {"smollm2", "smollm2_warm", "state"}),
         ("model", {"smollm2", "gemma3_warm", "model"}),
         ("weak", {"smollm2", "gemma3", "model_cold"}),
+        ("pairs", {"smollm2", "smollm2_warm", "gemma3_warm", "state", "model"}),
     ],
 )
 def test_a_part_of_the_real_target_is_a_subset_of_its_runs(part, groups):
-    """config/real-claims-{state,model,weak}.yaml share the whole target's folder: every run a part trains is
-    one of the target's, with the same run config, so the target (and the other parts) reuses them."""
+    """config/real-claims-{state,model,weak,pairs}.yaml share the whole target's folder: every run a part
+    trains is one of the target's, with the same run config, so the target (and the other parts) reuses
+    them."""
     files = [str(ROOT / "config" / f"{n}.yaml") for n in ("real-claims", f"real-claims-{part}")]
     part_pipe = Pipeline.from_files(files, base_dir=str(ROOT))
     whole = Pipeline.from_files(files[:1], base_dir=str(ROOT))
