@@ -193,7 +193,9 @@ def import_model(
             _convert(source, path, sha, fmt, cached, key)
     manifest = json.loads((cached / MANIFEST).read_text())
     _link_tree(cached, Path(out))
-    manifest = {**manifest, "cache": str(cached), "cache_hit": hit, "seconds": round(time.time() - t0, 1)}
+    # the source this import read (same SHA-256): the cache entry's may be another checkout's venv, since gone
+    manifest = {**manifest, "source_file": str(path), "cache": str(cached), "cache_hit": hit,
+                "seconds": round(time.time() - t0, 1)}  # fmt: skip
     atomic_write_json(Path(out) / MANIFEST, manifest)  # last: its presence marks a complete import
     return manifest
 
