@@ -93,15 +93,15 @@ def test_import_writes_the_format_and_every_stop_id_and_caches(tmp_path, cache):
     # a second import of the same source and format links the cached files: nothing is converted again
     again = import_model({"hf_dir": str(src)}, "completion", tmp_path / "models" / "again")
     assert again["cache_hit"] and again["source_sha256"] == first["source_sha256"]
+    assert (tmp_path / "models" / "again" / "model.safetensors").stat().st_ino == (
+        out / "model.safetensors"
+    ).stat().st_ino  # hard links into the cache
     # the same files elsewhere (another clone's venv): a cache hit that names the source it read, not the
     # path the cache entry was made from
     copy = shutil.copytree(src, tmp_path / "moved")
     moved = import_model({"hf_dir": str(copy)}, "completion", tmp_path / "models" / "moved")
     assert moved["cache_hit"] and moved["source_file"] == str(copy) != first["source_file"]
     assert json.loads((tmp_path / "models" / "moved" / MANIFEST).read_text())["source_file"] == str(copy)
-    assert (tmp_path / "models" / "again" / "model.safetensors").stat().st_ino == (
-        out / "model.safetensors"
-    ).stat().st_ino  # hard links into the cache
     # another format is another cache entry; no half-written directory is left anywhere
     import_model({"hf_dir": str(src)}, "few_shot", tmp_path / "models" / "fs")
     entries = [p.name for p in cache.iterdir() if p.name != "gguf" and not p.name.startswith(".")]
