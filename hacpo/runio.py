@@ -228,6 +228,7 @@ class RunRecord:
     final_checkpoints: dict[str, str] = field(default_factory=dict)
     profile: dict | None = None
     details: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)  # :func:`machine`: the type of machine that trained it
 
     FILE: ClassVar[str] = "run.json"
 
@@ -255,6 +256,14 @@ class RunRecord:
         if prev is not None and prev.config_hash != config_hash:
             raise ValueError(
                 f"{run_dir} holds a run with a different config; choose another out_dir or delete it"
+            )
+        here = machine()
+        if prev is not None and prev.machine and machine_type(prev.machine) != machine_type(here):
+            raise ValueError(
+                f"{run_dir} holds a run of another machine type ({machine_type(prev.machine)}; this one is "
+                f"{machine_type(here)}): a run's numbers are specific to its machine's kernels, so it is "
+                "never resumed or replaced elsewhere. Give each machine its own results folder and combine "
+                "them with `results_from:` (docs/statistics.md)"
             )
         return prev
 
@@ -550,6 +559,42 @@ def checkpoint_steps(run_dir: str | Path, agents: Iterable[str]) -> list[int]:
         }
         common = steps if common is None else common & steps
     return sorted(common or [])
+
+
+# The flags that decide which kernels compute a run (bf16 in hardware or emulated, AMX tiles): two machines
+# that differ in one of them compute different numbers from the same seed.
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
+    """What a run's numbers depend on beyond its config: the CPU's model name and :data:`KERNEL_FLAGS`, and
+    the GPU's name where CUDA is in use. Recorded in ``run.json``; :func:`machine_type` names it."""
+    from hacpo.cpu import cpu_flags
+
+    name = ""
+    with contextlib.suppress(OSError):
+        for line in open(cpuinfo).read().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    flags = cpu_flags(cpuinfo)
+    out = {
+        "cpu": name or platform.processor() or platform.machine(),
+        "flags": [f for f in KERNEL_FLAGS if f in flags],
+    }
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            out["gpu"] = torch.cuda.get_device_name()
+    return out
+
+
+def machine_type(m: dict) -> str:
+    """A machine's type in one short name, ``"AMD EPYC [avx2 avx512f avx512_bf16]"`` (a GPU's name first):
+    the stratum its runs belong to when results of several machines are combined."""
+    cpu = f"{m.get('cpu', '?')} [{' '.join(m.get('flags', []))}]"
+    return f"{m['gpu']} on {cpu}" if m.get("gpu") else cpu
 
 
 def versions() -> dict[str, str]:

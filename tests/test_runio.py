@@ -10,7 +10,16 @@ import sys
 
 import pytest
 
-from hacpo.runio import RunRecord, atomic_dir, atomic_write_text, run_lock, sweep_temporaries, waiting_lock
+from hacpo.runio import (
+    RunRecord,
+    atomic_dir,
+    machine,
+    machine_type,
+    atomic_write_text,
+    run_lock,
+    sweep_temporaries,
+    waiting_lock,
+)
 
 
 def _record(**kw) -> RunRecord:
@@ -39,6 +48,29 @@ def test_run_record_errors_name_the_file_and_the_fix(tmp_path):
     assert RunRecord.read(tmp_path).final_checkpoint("a") == "ckpt/a"
     with pytest.raises(ValueError, match=r"no final checkpoint for agent 'b'; agents: \['a'\]"):
         RunRecord.read(tmp_path).final_checkpoint("b")
+
+
+def test_a_run_records_its_machine_type_and_is_never_resumed_on_another(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "model name\t: Intel(R) Xeon(R) Platinum\nflags\t\t: fpu avx2 avx512f amx_tile amx_bf16\n"
+    )
+    xeon = machine(str(cpuinfo))
+    assert xeon["cpu"] == "Intel(R) Xeon(R) Platinum" and xeon["flags"] == [
+        "avx2",
+        "avx512f",
+        "amx_bf16",
+        "amx_tile",
+    ]
+    assert machine_type(xeon) == "Intel(R) Xeon(R) Platinum [avx2 avx512f amx_bf16 amx_tile]"
+    run = tmp_path / "run"
+    _record(machine=machine()).write(run)  # this machine's own run resumes
+    assert RunRecord.for_config(run, "abc").machine == machine()
+    _record(machine=xeon if machine_type(machine()) != machine_type(xeon) else {"cpu": "other"}).write(run)
+    with pytest.raises(ValueError, match="another machine type.*results_from"):
+        RunRecord.for_config(run, "abc")
+    _record().write(run)  # a run from before machines were recorded resumes as it always did
+    assert RunRecord.for_config(run, "abc").machine == {}
 
 
 def test_a_second_writer_of_a_run_directory_is_refused_until_the_first_dies(tmp_path):

@@ -157,4 +157,3 @@ def row_advantages(
     out = torch.empty_like(r)
     out[index.reshape(-1)] = adv.reshape(-1).to(out.dtype)
     return out
-

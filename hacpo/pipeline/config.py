@@ -673,13 +673,19 @@ class PipelineConfig(_Strict):
         setting = self.claim_eval(c)
         if eval_metric:
             if setting is None:
-                errs.append(f"{path}.eval: metric {c.metric!r} needs an eval setting (`eval:`, or `tables:` "
-                            "naming a table with one)")
+                errs.append(
+                    f"{path}.eval: metric {c.metric!r} needs an eval setting (`eval:`, or `tables:` "
+                    "naming a table with one)"
+                )
             elif setting not in self.eval_settings:
                 errs += need(f"{path}.eval", setting, self.eval_settings, "eval setting")
             elif c.metric != "avg":
-                errs += need(f"{path}.metric", c.metric, self.benchmarks_of(setting),
-                             f"benchmark of eval setting {setting!r}")
+                errs += need(
+                    f"{path}.metric",
+                    c.metric,
+                    self.benchmarks_of(setting),
+                    f"benchmark of eval setting {setting!r}",
+                )
         sides = [m for m in (c.a, c.b) if m is not None]
         if c.metric in ("s_homo", "s_hete") and not self.registry_method(c.a).cross_rows:
             errs.append(f"{path}.a: {c.a!r} trains on no peer rows, so it has no {c.metric}")

@@ -421,6 +421,7 @@ class Pipeline:
     def table_names(self, rule: str) -> list[str]:
         """The wildcard values of each table rule: ``claims`` (the scorecards), ``drawn`` (tables that draw
         their own figure, ``figure: true``) and ``table`` (every other)."""
+
         def rule_of(t) -> str:
             return "claims" if t.kind == "claims" else "drawn" if getattr(t, "figure", False) else "table"
 

@@ -53,7 +53,6 @@ KIND_TITLES = {"claims": "Scorecard — do the paper's claims hold here?"}
 PAPER_BENCHMARK = {"alpha_ablation": "acc", "table7": "runtime_minutes"}  # the paper's key where it has one
 
 
-
 class Views:
     """Table and figure specs over a :class:`~hacpo.pipeline.targets.Pipeline` (runs, targets, files)."""
 

@@ -194,6 +194,7 @@ def interval(row: dict) -> str:
 
 def comparison(row: dict) -> str:
     """``a − b > 0`` (``a / b − 1`` for ratios); a label with a minus of its own in parentheses."""
+
     def side(x) -> str:
         return f"({x})" if " − " in x and not x.startswith("abs(") else x
 

@@ -34,12 +34,17 @@ def add_cli(subparsers) -> None:
     """Register ``report`` with the actions ``table`` and ``figure`` on the main CLI's subparsers."""
     r = subparsers.add_parser("report", help="render a paper table (CSV/Markdown/LaTeX) or figure (PNG/CSV)")
     actions = r.add_subparsers(dest="report_action", required=True)
-    for name, func, out in (("table", cmd_table, "results/config/tables/table1"),
-                            ("figure", cmd_figure, "results/config/figures/figure2")):
+    for name, func, out in (
+        ("table", cmd_table, "results/config/tables/table1"),
+        ("figure", cmd_figure, "results/config/figures/figure2"),
+    ):
         a = actions.add_parser(name, help=f"render a {name} from a JSON spec")
         a.add_argument("--spec", required=True, help="JSON string or @path/to/spec.json")
         a.add_argument("--out-prefix", required=True, help=f"output path without extension, e.g. {out}")
         if name == "table":
-            a.add_argument("--figure-prefix", help="a table kind's own figure (claims: the forest plot), "
-                           "without extension, e.g. results/config/figures/claims")
+            a.add_argument(
+                "--figure-prefix",
+                help="a table kind's own figure (claims: the forest plot), "
+                "without extension, e.g. results/config/figures/claims",
+            )
         a.set_defaults(func=func)

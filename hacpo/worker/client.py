@@ -129,7 +129,6 @@ def delegate(argv: list[str]) -> int | None:
             signal.signal(s, h)
 
 
-
 def start_background(
     socket_path: str,
     log_path: str,
@@ -181,4 +180,3 @@ def stop(socket_path: str, timeout_s: float = 30) -> bool:
     finally:
         sock.close()
     return True
-

@@ -47,7 +47,6 @@ _MAX_REQUEST = 16 << 20
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-
 def _log(msg: str) -> None:
     print(
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} hacpo-worker[{os.getpid()}] {msg}", file=sys.stderr, flush=True
@@ -523,4 +522,3 @@ def serve(
     finally:
         server.close()
     _log("exited")
-

@@ -67,6 +67,7 @@ from hacpo.runio import (
     atomic_dir,
     intact_resume_step,
     keep_final_weights,
+    machine,
     read_jsonl,
     run_lock,
     sweep_temporaries,
@@ -162,7 +163,10 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> A
         ref_model.requires_grad_(False)
     # fused: one kernel for all parameters instead of a loop over them (2.5× faster step on a CPU)
     opt = torch.optim.AdamW(
-        adapters.trainable_parameters(model), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+        adapters.trainable_parameters(model),
+        lr=cfg.lr,
+        betas=cfg.betas,
+        weight_decay=cfg.weight_decay,
         fused=True,
     )
     gen = torch.Generator(device=device).manual_seed(cfg.seed * 1000 + index)
@@ -240,7 +244,9 @@ class LocalTrainer:
         self.agents = [load_learner(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
         self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
         self.scorer = Scorer(  # training and validation reward
-            workers=cfg.scorer_workers, timeout_s=cfg.reward_timeout_s, reward=cfg.reward,
+            workers=cfg.scorer_workers,
+            timeout_s=cfg.reward_timeout_s,
+            reward=cfg.reward,
             retry_budget_s=cfg.reward_retry_budget_s,
         )
         reuse = cfg.same_tokenizer == "reuse_ids"  # reencode: the released code decodes every response
@@ -306,6 +312,7 @@ class LocalTrainer:
             config=self.cfg.model_dump(),
             engine="local",
             versions=versions(),
+            machine=machine(),
             details={
                 "method": self.method.to_dict(),
                 "loss_spec": self.spec.__dict__,
@@ -694,7 +701,13 @@ class LocalTrainer:
         self.scorer.new_step()  # a custom verifier's retry budget is per step
         with policy_temperature(cfg.temperature):  # π_old, π_θ and the reference: the sampled policy's
             return core.train_step(
-                self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase,
+                self,
+                names,
+                step,
+                problems,
+                samples=samples,
+                tracker=self.tracker,
+                phase=self.phase,
                 spec=self.spec,
             )
 

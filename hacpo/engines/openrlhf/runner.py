@@ -29,6 +29,7 @@ from hacpo.runio import (
     RunRecord,
     atomic_write_json,
     atomic_write_text,
+    machine,
     newest_intact_step,
     run_lock,
     set_aside,
@@ -302,8 +303,11 @@ def _record(cfg: TrainConfig, status: str, step: int, argv: list[str], **final) 
         config=cfg.model_dump(mode="json"),
         engine="openrlhf",
         versions=versions(),
+        machine=machine(),
         details={
-            "method": cfg.resolved_method().to_dict(), "fidelity": cfg.fidelity_record(), "command": argv
+            "method": cfg.resolved_method().to_dict(),
+            "fidelity": cfg.fidelity_record(),
+            "command": argv,
         },
         **final,
     )

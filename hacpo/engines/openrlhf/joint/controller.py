@@ -131,7 +131,13 @@ class JointStep:
         names = [s.name for s in self.stacks]
         samples = self.group_size * self.method.rollout_multiplier
         return core.train_step(
-            self, names, step, problems, samples=samples, tracker=self.tracker, phase=self.phase,
+            self,
+            names,
+            step,
+            problems,
+            samples=samples,
+            tracker=self.tracker,
+            phase=self.phase,
             spec=self.spec,
         )
 
@@ -266,4 +272,3 @@ class JointLoop:
             rewards = stack.evaluate(texts, labels)
             accs.append(sum(rewards) / len(rewards))
         return accs
-
