@@ -80,6 +80,9 @@ class ClaimTest(_Spec):
     paper_table: str | None = None  # where the sides' paper values come from
     stated: float | None = None  # the paper's sentence, on the row it speaks of
     decide: str | None = None  # the command that trains the seeds a one-seed row lacks
+    margin: float | None = None  # equivalence within ±margin (None: no equivalence verdict)
+    runs: dict[str, list[str]] = {}  # per seed, the run.json of every run it reads: the machine of the pair
+    origins: dict[str, str] = {}  # per seed read from another results folder (``<k>:<seed>``), that folder
 
     @model_validator(mode="after")
     def _a_reads_runs(self):
@@ -138,6 +141,8 @@ class TableSpec(_Spec):
     avg: bool = False  # accuracy: an AVG column over the benchmarks
     compare_to: str | None = None  # accuracy: bracketed HACPO − <method> differences
     figure: bool = False  # accuracy: also draw each method's seeds per agent (write_table's figure)
+    # claims: seeds added in looks (start, block, max, spending); None: one look at every row's seeds
+    sequential: dict | None = None
     benchmark: str | None = None  # seeds, alpha: the one benchmark shown
     paper_block: str | None = None  # runtime, memory: the pair's paper block
 

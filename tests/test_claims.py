@@ -319,8 +319,8 @@ def test_scorecard_outputs_and_every_verdict_recomputed_from_the_seeds_csv(tmp_p
 
     md = (tmp_path / "out" / "card.md").read_text()
     headline = (
-        "3 of 6 claim tests hold at this scale, 1 reversed, 1 undecided, 1 on one seed (6 claims, a test "
-        "per pair and agent; with Holm's correction over the 5 tested:"
+        "3 of 6 claim tests hold at this scale, 1 reversed, 0 equivalent, 1 undecided, 1 on one seed (6 "
+        "claims, a test per pair and agent; with Holm's correction over the 5 tested:"
     )
     assert md.splitlines()[2].startswith(f"**{headline}")
     assert headline in (tmp_path / "out" / "card.rst").read_text()

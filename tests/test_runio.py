@@ -13,9 +13,9 @@ import pytest
 from hacpo.runio import (
     RunRecord,
     atomic_dir,
+    atomic_write_text,
     machine,
     machine_type,
-    atomic_write_text,
     run_lock,
     sweep_temporaries,
     waiting_lock,

@@ -438,7 +438,8 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     assert set(card["verdict"]) <= set(stats.VERDICTS) and (card["n_seeds"] >= 2).sum() >= 3
     for _, row in card.iterrows():
         d = seeds[(seeds["claim"] == row["claim"]) & (seeds["agent"] == row["agent"])]
-        test = stats.paired_test(d["diff"].to_numpy(), row["direction"])
+        margin = None if pd.isna(row["margin"]) else row["margin"]
+        test = stats.paired_test(d["diff"].to_numpy(), row["direction"], margin=margin)
         assert (test.n, test.verdict) == (row["n_seeds"], row["verdict"]) and test.mean == pytest.approx(
             row["diff_mean"]
         )
@@ -452,6 +453,19 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
         assert_events_match_logs(run_dir)
     dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])
     assert "Nothing to be done" in dry.stdout + dry.stderr  # its runs exist: the scorecard plans none
+
+    # Seeds added where a claim is still open: look 1 reads Table 6's seeds 0 and 1 (trains nothing), look 2
+    # trains seed 2 of exactly the open rows' runs; a second call has nothing to do.
+    decide = ["decide_claims_sequential", "--configfile", str(configfile), "--directory", str(work)]
+    run([*SNAKEMAKE, "-c2", *decide], timeout=600)
+    record = json.loads((tables / "claims_sequential_decided.json").read_text())
+    assert [x["look"] for x in record["looks"]] == [1, 2] and record["done"]
+    assert all(r["n"] == 3 and r["seeds"] == ["0", "1", "2"] for r in record["rows"].values())
+    new_runs = {p.parent.relative_to(runs).as_posix() for p in runs.glob("*/*/*/seed2/done.json")}
+    assert new_runs == {"joint/mixed/hacpo/seed2", "single/llama/gspo/seed2", "single/qwen/gspo/seed2"}
+    assert "## Looks" in (tables / "claims_sequential_decided.md").read_text()
+    dry = run([*SNAKEMAKE, "-n", *decide])
+    assert "Nothing to be done" in dry.stdout + dry.stderr
     manifest = json.loads((work / "results" / "ci" / "data" / "manifest.json").read_text())
     assert set(manifest["datasets"]) == {"ci_train", "ci_dev", "ci_test"}
 

@@ -383,6 +383,11 @@ CLAIM_METRICS = {
     "s_homo": "the mean over steps of the agent's s_homo_mean (Table 5)",
     "s_hete": "the mean over steps of the agent's s_hete_mean (Table 5)",
 }
+# The practical margin m of an equivalence verdict, per metric (docs/statistics.md): a difference whose
+# interval lies inside ±m is "equivalent". Accuracies: 0.02 (6 of 300 problems); wall time (a ratio): 5 %.
+# Statistics of one run (s_homo, s_hete) are compared with a threshold and have none.
+DEFAULT_MARGINS = {"wall_time": 0.05, "s_homo": None, "s_hete": None}
+ACCURACY_MARGIN = 0.02
 PAPER_TABLES = ("table1", "table2", "table3", "table5", "table6", "table7", "table8", "table9",
                 "alpha_ablation")  # fmt: skip
 
@@ -414,6 +419,9 @@ class Claim(_Strict):
     average: bool = False  # also the mean over agents: per pair, and over all its pairs
     eval: Id | None = None
     paper: ClaimPaper = ClaimPaper()
+    margin: float | None = Field(
+        None, ge=0
+    )  # equivalence within ±margin (None: the metric's default; 0: none)
 
     @model_validator(mode="after")
     def _one_other_side(self):
@@ -428,6 +436,19 @@ class Claim(_Strict):
         return self
 
 
+class Sequential(_Strict):
+    """Seeds added in blocks where a claim is still open (``snakemake decide_<table>``, docs/statistics.md):
+    the table's ``seeds`` are the first look; each further look adds ``block`` seeds to the rows still
+    undecided, up to ``max`` seeds a row. The intervals are the group-sequential design's, whose boundaries
+    ``spending`` spreads α over the planned looks, so the error rate holds for every look taken."""
+
+    block: int = Field(2, ge=1)
+    max: int = Field(ge=1)
+    spending: Literal["pocock", "obrien_fleming"] = "pocock"
+    # the seeds added, in order (default: the smallest non-negative integers the table does not use)
+    added_seeds: list[int] | None = None
+
+
 class ClaimsTable(_Table):
     """The scorecard: each claim on paired seeds, with an interval and a verdict (docs/statistics.md).
     ``seeds`` unset: each row uses the seeds the default target's runs already have (at least the config's
@@ -436,6 +457,57 @@ class ClaimsTable(_Table):
     kind: Literal["claims"]
     claims: dict[Id, Claim] = Field(min_length=1)
     seeds: list[int] | None = Field(None, min_length=1)
+    margins: dict[
+        str, Annotated[float, Field(ge=0)]
+    ] = {}  # per metric, the equivalence margin instead of DEFAULT_MARGINS'
+    sequential: Sequential | None = None  # seeds added where a claim is still open: `snakemake decide_<name>`
+    # other machines' results folders of this same config: their seeds join each row, a stratum per machine
+    results_from: list[str] = []
+
+    @model_validator(mode="after")
+    def _sequential_needs_seeds(self):
+        if self.sequential is None:
+            return self
+        if not self.seeds:
+            raise ValueError("`sequential:` adds seeds to the table's `seeds:` (its first look): set them")
+        if self.sequential.max < len(self.seeds):
+            raise ValueError(
+                f"sequential.max ({self.sequential.max}) is below the first look's {len(self.seeds)} seeds"
+            )
+        added = self.sequential.added_seeds
+        if added is not None and (set(added) & set(self.seeds) or len(set(added)) != len(added)):
+            raise ValueError("sequential.added_seeds must be new seeds, each once")
+        if added is not None and len(added) < self.sequential.max - len(self.seeds):
+            need = self.sequential.max - len(self.seeds)
+            raise ValueError(
+                f"sequential.added_seeds lists {len(added)} seeds; max {self.sequential.max} needs {need}"
+            )
+        return self
+
+    def margin(self, c: Claim) -> float | None:
+        """A claim's equivalence margin: its own, the table's for its metric, or the metric's default."""
+        if c.margin is not None:
+            return c.margin or None
+        if c.metric in self.margins:
+            return self.margins[c.metric] or None
+        return DEFAULT_MARGINS.get(c.metric, ACCURACY_MARGIN) if c.threshold is None else None
+
+    def seed_order(self) -> list[int]:
+        """Every seed a row may get, in look order: the table's, then the added ones."""
+        seeds = list(self.seeds or [])
+        if self.sequential is None:
+            return seeds
+        added = self.sequential.added_seeds
+        if added is None:
+            added = [n for n in range(self.sequential.max + len(seeds)) if n not in seeds]
+        return seeds + added[: self.sequential.max - len(seeds)]
+
+    def look_sizes(self) -> list[int]:
+        """The seeds a row has at each look: ``seeds``, then ``block`` more, up to ``max``."""
+        if self.sequential is None:
+            return [len(self.seeds or [])]
+        start, q = len(self.seeds), self.sequential
+        return list(range(start, q.max, q.block)) + [q.max]
 
 
 Table = Annotated[

@@ -48,6 +48,20 @@ def check_results_owner(pipe) -> None:
         )
 
 
+def check_results_from(pipe) -> None:
+    """Before any job: each scorecard's ``results_from:`` folder is another machine's results folder (its
+    ``hacpo-results.json`` present), so a typo fails here rather than as a missing input deep in the DAG."""
+    for name, t in pipe.cfg.tables.items():
+        for i, folder in enumerate(getattr(t, "results_from", [])):
+            where = folder if os.path.isabs(folder) else pipe.config_path(folder)
+            if not os.path.isfile(os.path.join(where, "hacpo-results.json")):
+                raise ValueError(
+                    f"tables.{name}.results_from.{i}: {folder} is not a hacpo results folder (no "
+                    "hacpo-results.json there). Copy the other machine's results/<config name>/ folder here "
+                    "(its checkpoints can stay behind) and name that copy (docs/statistics.md)."
+                )
+
+
 def record_results_owner(pipe) -> None:
     """``onstart``: add this config to the folder's owners (read by :func:`check_results_owner`)."""
     from hacpo.runio import atomic_write_json

@@ -403,6 +403,39 @@ class Pipeline:
         """``(input files, spec)`` of one figure (:meth:`Views.figure`)."""
         return self.views.figure(name)
 
+    # ---------------------------------------------------------------- sequential scorecards (decide_<name>)
+    def sequential_tables(self) -> list[str]:
+        """Scorecards that add seeds where a claim is still open (``tables.<name>.sequential``)."""
+        return [n for n, t in self.cfg.tables.items() if t.kind == "claims" and t.sequential is not None]
+
+    def look_sizes(self, name: str, previous: str | None) -> dict[str, int]:
+        """Each row's seeds at the look after ``previous`` (a look's record; None: the first look)."""
+        from hacpo.report.claims import row_key
+        from hacpo.report.looks import next_sizes
+
+        t = self.cfg.tables[name]
+        record = json.loads(Path(previous).read_text()) if previous else None
+        keys = [row_key({"claim": r["claim"]["claim"], "pair": r["block"], "agent": r["model"]})
+                for r in self.table(name)[1]["rows"]]  # fmt: skip
+        return next_sizes(keys, record, len(t.seeds), t.sequential.block, t.sequential.max)
+
+    def claims_look(self, name: str, sizes: dict[str, int]) -> tuple[list[str], dict]:
+        """``(input files, spec)`` of one look of a sequential scorecard (:meth:`Views.claims_look`)."""
+        return self.views.claims_look(name, sizes)
+
+    def look_files(self, name: str, k: int | str) -> dict[str, str]:
+        """The files one look writes: its record and its card."""
+        stem = f"{self.results}/tables/{name}_looks/look{k}"
+        exts = {
+            "csv": ".csv",
+            "md": ".md",
+            "tex": ".tex",
+            "seeds": "_seeds.csv",
+            "rst": ".rst",
+            "png": ".png",
+        }
+        return {"record": f"{stem}.json", **{k: stem + e for k, e in exts.items()}}
+
     def label(self, method: str) -> str:
         return self.views.label(method)
 

@@ -5,16 +5,24 @@ caption notes, validated through :mod:`hacpo.specs`. The runs they need are note
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from typing import TYPE_CHECKING
 
 from hacpo.config import describe_fidelity
+from hacpo.report.claims import row_key
 from hacpo.report.paper import paper_values
 from hacpo.runio import Metric, Validation
 from hacpo.specs import LINE_LOGS, FigureSpec, TableSpec, checked
 
 from .config import Claim, alpha_variant
 from .runs import Run
+
+
+def claim_row_key(claim: str, pair: str, agent: str) -> str:
+    """A scorecard row's name in a sequential look's record (:func:`hacpo.report.claims.row_key`)."""
+    return row_key({"claim": claim, "pair": pair, "agent": agent})
+
 
 if TYPE_CHECKING:
     from .targets import Pipeline
@@ -270,16 +278,25 @@ class Views:
     _table_memory = _table_runtime
 
     # ------------------------------------------------------------------------------------------ claims
-    def _table_claims(self, t) -> tuple[list[str], dict]:
+    def _table_claims(self, t, sizes: dict[str, int] | None = None) -> tuple[list[str], dict]:
         """The scorecard (issue 30): one row per claim × pair × agent (and mean rows), each side's files per
         seed. ``t.seeds`` unset: a row takes the seeds whose files the default target's other tables and
         figures already read (at least the config's first seed), so the default command trains nothing for
-        it; set: every row trains and evaluates those seeds."""
+        it; set: every row trains and evaluates those seeds. ``sizes``: a sequential look's seeds per row
+        (:func:`claim_row_key` → how many of :meth:`ClaimsTable.seed_order`); rows it leaves out are not
+        at this look. ``results_from``: each other folder's files of the same seeds join the row."""
         files, rows = [], []
         for cid, c in t.claims.items():
             setting = self.cfg.claim_eval(c)
             for pair, agent, members in self._claim_groups(c):
-                seeds = self._claim_seeds(t, c, setting, members)
+                key = claim_row_key(cid, pair, agent)
+                if sizes is not None and key not in sizes:
+                    continue
+                seeds = (
+                    t.seed_order()[: sizes[key]]
+                    if sizes is not None
+                    else self._claim_seeds(t, c, setting, members)
+                )
                 a = self._claim_side(c, c.a, setting, members, seeds)
                 if c.threshold is not None:  # a statistic of a's run: say which
                     stat = f"{c.metric}[{a['side']['label']}]"
@@ -287,10 +304,25 @@ class Views:
                     b = {"side": {"label": f"{c.threshold:g}", "value": c.threshold, "paper": c.threshold}}
                 else:
                     b = self._claim_side(c, c.b, setting, members, seeds)
+                runs = {str(s): [f"{r.dir}/run.json" for r in rs] for s, rs in a.get("seed_runs", {}).items()}
+                for s, rs in b.get("seed_runs", {}).items():
+                    runs[str(s)] = runs.get(str(s), []) + [f"{r.dir}/run.json" for r in rs]
                 for side in (a, b):
                     files += side.get("files", [])
                     for r in side.get("runs", []):
                         self.pipe._needed(r)
+                origins = {}
+                for k, folder in enumerate(t.results_from):  # other machines' seeds: the same files there
+                    for side in (a, b):
+                        for s in seeds if "seeds" in side["side"] else []:
+                            side["side"]["seeds"][f"{k}:{s}"] = [
+                                {**src, "file": self._elsewhere(src["file"], folder)}
+                                for src in side["side"]["seeds"][str(s)]
+                            ]
+                    for s in seeds:
+                        runs[f"{k}:{s}"] = [self._elsewhere(f, folder) for f in runs.get(str(s), [])]
+                        origins[f"{k}:{s}"] = folder
+                    files += [self._elsewhere(f, folder) for side in (a, b) for f in side.get("files", [])]
                 one_seed = len(seeds) < 2
                 test = {
                     "claim": cid,
@@ -304,11 +336,29 @@ class Views:
                     "paper_table": a.get("paper_table"),
                     "stated": c.paper.stated if self._claim_headline_row(c, pair, agent) else None,
                     "decide": self._decide_command(t) if one_seed else None,
+                    "margin": t.margin(c),
+                    "runs": runs,
+                    "origins": origins,
                 }
                 label = self.cfg.models[agent].label or agent if agent in self.cfg.models else agent
                 row = {"block": pair, "model": agent, "model_label": label, "label": cid, "claim": test}
                 rows.append(row)
-        return files, {"rows": rows}
+        q = t.sequential
+        sequential = q and {"start": len(t.seeds), "block": q.block, "max": q.max, "spending": q.spending}
+        return files, {"rows": rows, "sequential": sequential if sizes is not None else None}
+
+    def claims_look(self, name: str, sizes: dict[str, int]) -> tuple[list[str], dict]:
+        """``(input files, spec)`` of one look of a sequential scorecard: each open row at its seeds."""
+        t = self.cfg.tables[name]
+        files, out = self._table_claims(t, sizes)
+        return sorted(set(files)), checked(TableSpec, {**self._common(name, t, "claims"), **out})
+
+    def _elsewhere(self, path: str, folder: str) -> str:
+        """``path`` under this config's results folder, read from another machine's ``folder`` instead."""
+        rel = os.path.relpath(path, self.pipe.results)
+        if rel.startswith(".."):
+            raise ValueError(f"{path} is not under {self.pipe.results}: it cannot be read from {folder}")
+        return f"{self.pipe.config_path(folder) if not os.path.isabs(folder) else folder}/{rel}"
 
     def _claim_headline_row(self, c: Claim, pair: str, agent: str) -> bool:
         """The row a claim's sentence speaks of: the mean over all its agents when it averages, else each."""
@@ -334,7 +384,7 @@ class Views:
 
     def _claim_side(self, c: Claim, method: str, setting, members, seeds) -> dict:
         """One side's sources per seed, the files and runs they need, and the paper's value of that side."""
-        per_seed, files, runs = {}, [], []
+        per_seed, files, runs, seed_runs = {}, [], [], {}
         for s in seeds:
             per_seed[str(s)] = []
             for pair, agent in members:
@@ -342,6 +392,7 @@ class Views:
                 per_seed[str(s)] += sources
                 files += f
                 runs += r
+                seed_runs.setdefault(s, []).extend(r)
         (paper, columns_mean), table = self._paper_side(c, method, members)
         side = {
             "label": self.label(method),
@@ -351,7 +402,7 @@ class Views:
             "paper": paper,
             "paper_columns_mean": columns_mean,
         }
-        return {"side": side, "files": files, "runs": runs, "paper_table": table}
+        return {"side": side, "files": files, "runs": runs, "paper_table": table, "seed_runs": seed_runs}
 
     def _claim_sources(self, c: Claim, method: str, setting, pair: str, agent, seed: int):
         """``(sources, files, runs)`` of ``method``'s value for ``agent`` of ``pair`` on one seed."""

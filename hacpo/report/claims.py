@@ -9,6 +9,7 @@ long per-seed records (every verdict can be recomputed from them alone), the hea
 
 from __future__ import annotations
 
+import collections
 import io
 import math
 import textwrap
@@ -17,13 +18,17 @@ from pathlib import Path
 
 from hacpo.report import stats
 from hacpo.report.files import read_json, read_rows
+from hacpo.runio import RunRecord, machine_type
+
+UNRECORDED = "machine not recorded"  # the stratum of runs written before run.json named its machine
 
 SEED_COLUMNS = ["claim", "pair", "agent", "seed", "a", "b", "direction", "metric", "ratio", "center",
-                "a_value", "b_value", "diff"]  # fmt: skip
+                "a_value", "b_value", "diff", "machine", "origin", "margin", "look"]  # fmt: skip
 CLAIM_COLUMNS = [
     "claim", "pair", "agent", "a", "b", "direction", "metric", "ratio", "n_seeds", "diff_mean", "ci_low",
     "ci_high", "verdict", "paper_diff", "source", "seeds", "diff_sd", "p_value", "p_holm", "verdict_holm",
     "prob_improvement", "poi_low", "poi_high", "seeds_needed", "paper_table", "paper_stated", "decide",
+    "margin", "p_equivalent", "p_holm_equivalent", "machines", "look", "looks", "power",
 ]  # fmt: skip
 STATED_TOLERANCE = 0.0005  # a sentence's "+3.6 %" agrees with a table effect within half its last digit
 
@@ -88,16 +93,54 @@ def _paper_effect(test: dict, key: str = "paper") -> float | None:
     return _effect(a, b, test.get("ratio", False))
 
 
+def row_key(row: dict) -> str:
+    """A scorecard row's name in a sequential look's record: ``claim/pair/agent``."""
+    return f"{row['claim']}/{row['pair']}/{row['agent']}"
+
+
+def unit_machine(runs: list[str], where: str) -> str:
+    """The machine type of one seed's runs (their ``run.json``): the stratum its paired difference belongs
+    to. Both sides of a pair must come from one machine: a difference across two machines' kernels would mix
+    the machine's effect into the method's."""
+    kinds = set()
+    for path in runs:
+        record = RunRecord.read(Path(path).parent)
+        if record is not None:
+            kinds.add(machine_type(record.machine) if record.machine else UNRECORDED)
+    if len(kinds) > 1:
+        raise ValueError(
+            f"{where}: its runs come from different machines ({sorted(kinds)}); a seed's sides "
+            "must be trained on one machine type (each machine its own results folder)"
+        )
+    return kinds.pop() if kinds else UNRECORDED
+
+
+def design_of(spec: dict | None, counts: dict[str, int]) -> stats.Design:
+    """The row's design: one look at its seeds, or the sequential design its table declares (looks on the
+    first machine, the other machines' seeds pooled at every look)."""
+    if not spec:
+        return stats.Design.fixed(counts)
+    here, others = spec["machine"], {m: n for m, n in counts.items() if m != spec["machine"]}
+    return stats.Design.sequential(spec["start"], spec["block"], spec["max"], spec["spending"], here, others)
+
+
 def scorecard(spec: dict) -> Scorecard:
-    """Every row's paired test, Holm's correction over the tested rows, the headline and the notes."""
+    """Every row's paired test, the family's correction over the tested rows, the headline and the notes."""
     rows, seed_rows, tests, notes = [], [], [], []
+    sequential = spec.get("sequential")
     for row in spec["rows"]:
         t = row["claim"]
         where = f"claim {t['claim']!r} ({row.get('block')}, {row.get('model')})"
-        seeds = sorted(t["a"]["seeds"], key=int)
-        a, b = side_values(t["a"], seeds, where), side_values(t["b"], seeds, where)
-        diffs = [_effect(a[s], b[s], t.get("ratio", False)) for s in seeds]
-        test = stats.paired_test(diffs, t["direction"])
+        units = list(t["a"]["seeds"])  # in look order: the table's seeds, then each block's
+        a, b = side_values(t["a"], units, where), side_values(t["b"], units, where)
+        diffs = [_effect(a[u], b[u], t.get("ratio", False)) for u in units]
+        runs = t.get("runs", {})
+        machines = [unit_machine(runs.get(u, []), f"{where}, seed {u}") for u in units]
+        counts = dict(collections.Counter(machines))
+        design = design_of(sequential and {**sequential, "machine": _home(machines, sequential)}, counts)
+        test = stats.paired_test(
+            diffs, t["direction"], margin=t.get("margin"), strata=machines, design=design
+        )
         tests.append(test)
         base = {
             "claim": t["claim"],
@@ -110,35 +153,67 @@ def scorecard(spec: dict) -> Scorecard:
             "ratio": bool(t.get("ratio", False)),
         }
         seed_rows += [
-            base
-            | {"seed": int(s), "center": t["a"].get("center"), "a_value": a[s], "b_value": b[s], "diff": d}
-            for s, d in zip(seeds, diffs, strict=True)
-        ]
+            base | {"seed": _seed(u), "center": t["a"].get("center"), "a_value": a[u], "b_value": b[u],
+                    "diff": d, "machine": m, "origin": t.get("origins", {}).get(u, ""),
+                    "margin": t.get("margin"), "look": _look_of(design, machines, i)}
+            for i, (u, d, m) in enumerate(zip(units, diffs, machines, strict=True))
+        ]  # fmt: skip
         paired = t["b"].get("value") is None  # a method on each side: rliable's probability of improvement
         poi = (
-            stats.probability_of_improvement([a[s] for s in seeds], [b[s] for s in seeds], t["direction"])
+            stats.probability_of_improvement([a[u] for u in units], [b[u] for u in units], t["direction"])
             if paired and test.n > 1
             else None
         )
         poi_ci = (
-            stats.poi_interval([a[s] for s in seeds], [b[s] for s in seeds], t["direction"])
+            stats.poi_interval([a[u] for u in units], [b[u] for u in units], t["direction"])
             if poi is not None
             else None
         )
         paper = _paper_effect(t)
         rows.append(base | {
-            "n_seeds": test.n, "seeds": " ".join(seeds), "diff_mean": test.mean, "diff_sd": test.sd,
+            "n_seeds": test.n, "seeds": " ".join(units), "diff_mean": test.mean, "diff_sd": test.sd,
             "ci_low": test.ci_low, "ci_high": test.ci_high, "p_value": test.p_value, "verdict": test.verdict,
             "prob_improvement": poi, "poi_low": poi_ci and poi_ci[0], "poi_high": poi_ci and poi_ci[1],
             "seeds_needed": stats.seeds_needed(test.mean, test.sd) if test.verdict == "undecided" else None,
             "paper_diff": paper, "paper_table": t.get("paper_table"), "paper_stated": t.get("stated"),
             "source": t["source"], "decide": t.get("decide"), "agent_label": row.get("model_label"),
+            "margin": test.margin, "p_equivalent": test.p_equivalent,
+            "machines": "; ".join(f"{m}: {n}" for m, n in counts.items()),
+            "look": test.look + 1, "looks": len(design.looks),
+            "power": _power_to_decide(design, test, t["direction"]) if sequential else None,
         })  # fmt: skip
         if t.get("stated") is not None:
             notes.append(_stated_note(t, paper, _paper_effect(t, "paper_columns_mean")))
-    for row, test, p in zip(rows, tests, stats.holm([t.p_value for t in tests]), strict=True):
-        row["p_holm"], row["verdict_holm"] = p, stats.holm_verdict(test, p)
+    adjusted = stats.holm_disjoint([t.p_value for t in tests], [t.p_equivalent for t in tests])
+    for row, test, p, q in zip(rows, tests, *adjusted, strict=True):
+        row["p_holm"], row["p_holm_equivalent"] = p, q
+        row["verdict_holm"] = stats.holm_verdict(test, p, p_holm_equivalent=q)
     return Scorecard(rows, seed_rows, headline(rows), [n for n in notes if n])
+
+
+def _power_to_decide(design: stats.Design, test: stats.PairedTest, direction: str) -> float | None:
+    """An undecided row's chance that the design decides it by its last look, were the true difference the
+    observed one (simulated; the power the issue of adding seeds is about)."""
+    if test.verdict != "undecided" or not test.sd:
+        return None
+    rates = stats.verdict_rates(design, test.mean, test.sd, direction, test.margin, reps=400, seed=0)
+    return 1.0 - rates["undecided"]
+
+
+def _seed(unit: str) -> int:
+    return int(unit.rpartition(":")[2])
+
+
+def _home(machines: list[str], sequential: dict) -> str:
+    """The machine a sequential design adds seeds on: the one of this results folder's seeds."""
+    return sequential.get("machine") or (machines[0] if machines else "")
+
+
+def _look_of(design: stats.Design, machines: list[str], i: int) -> int:
+    """The look (1-based) at which the i-th seed joined its row."""
+    stratum, rank = machines[i], machines[: i + 1].count(machines[i])
+    col = design.strata.index(stratum)
+    return next(k + 1 for k, look in enumerate(design.looks) if look[col] >= rank)
 
 
 def _pts(x: float) -> str:
@@ -165,16 +240,16 @@ def _stated_note(t: dict, tables: float | None, columns: float | None) -> str:
 
 
 def headline(rows: list[dict]) -> str:
-    """One line: how many rows hold, are reversed, undecided, on one seed; and Holm's count."""
+    """One line: how many rows hold, are reversed, equivalent, undecided, on one seed; and Holm's count."""
     count = {v: sum(r["verdict"] == v for r in rows) for v in stats.VERDICTS}
     tested = len(rows) - count["one seed"]
-    holm = {v: sum(r["verdict_holm"] == v for r in rows) for v in ("holds", "reversed")}
+    holm = {v: sum(r["verdict_holm"] == v for r in rows) for v in stats.DECIDED}
     claims = len({r["claim"] for r in rows})
     return (
         f"{count['holds']} of {len(rows)} claim tests hold at this scale, {count['reversed']} reversed, "
-        f"{count['undecided']} undecided, {count['one seed']} on one seed ({claims} claims, a test per "
-        f"pair and agent; with Holm's correction over the {tested} tested: {holm['holds']} hold, "
-        f"{holm['reversed']} reversed)."
+        f"{count['equivalent']} equivalent, {count['undecided']} undecided, {count['one seed']} on one seed "
+        f"({claims} claims, a test per pair and agent; with Holm's correction over the {tested} tested: "
+        f"{holm['holds']} hold, {holm['reversed']} reversed, {holm['equivalent']} equivalent)."
     )
 
 
@@ -203,13 +278,34 @@ def comparison(row: dict) -> str:
     return f"{lhs} {row['direction']} 0"
 
 
+def margin(row: dict) -> str:
+    """``±0.020`` (ratio claims: ``±5 %``); empty where the claim tests no equivalence."""
+    m = row.get("margin")
+    if not m:
+        return ""
+    return f"±{100 * m:.0f} %" if row["ratio"] else f"±{m:.3f}"
+
+
+def verdict(row: dict) -> str:
+    """The verdict, and the look that reached it where seeds were added in looks (``holds (look 2 of 6)``)."""
+    v = row["verdict"]
+    looks = row.get("looks") or 1
+    return f"{v} (look {row['look']} of {looks})" if looks > 1 and v in stats.DECIDED else v
+
+
 def to_decide(row: dict) -> str:
-    """What decides an undecided or one-seed row."""
+    """What decides an undecided or one-seed row: the seeds a fixed design would need for 80 % power at the
+    observed effect, to be added under a sequential budget (looking again with a fixed-n interval would
+    inflate the error rate)."""
     if row["verdict"] == "one seed":
         return row.get("decide") or ""
+    if row["verdict"] == "undecided" and row.get("power") is not None:
+        return f"{100 * row['power']:.0f} % power to decide by the budget's last look"
     if row["verdict"] == "undecided":
         n = row["seeds_needed"]
-        return f"≈ {n} seeds (80 % power)" if n else "no number of seeds (no effect)"
+        if not n:
+            return "no number of seeds (no effect); a margin would make it equivalent"
+        return f"≈ {n} seeds (80 % power), added under a sequential budget"
     return ""
 
 
@@ -228,6 +324,7 @@ def to_rst(card: Scorecard, title: str) -> str:
         "metric",
         "seeds",
         "difference [95 % CI]",
+        "margin",
         "verdict",
         "paper",
     ]
@@ -250,7 +347,8 @@ def to_rst(card: Scorecard, title: str) -> str:
             r["metric"],
             r["n_seeds"],
             interval(r),
-            r["verdict"],
+            margin(r),
+            verdict(r),
             fmt(r["paper_diff"]),
         ]
         lines.append("   " + ", ".join(q(c) for c in cells))
@@ -265,8 +363,10 @@ def forest_plot(card: Scorecard, title: str) -> bytes:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    colours = {"holds": "#2a9d44", "reversed": "#c0392b", "undecided": "#7f8c8d", "one seed": "#34495e"}
+    colours = {"holds": "#2a9d44", "reversed": "#c0392b", "equivalent": "#2874a6", "undecided": "#7f8c8d",
+               "one seed": "#34495e"}  # fmt: skip
     claims = list(dict.fromkeys(r["claim"] for r in card.rows))
     sizes = [sum(r["claim"] == c for r in card.rows) for c in claims]
     fig = Figure(figsize=(8.5, 1.0 + sum(0.32 * n + 0.75 for n in sizes)), layout="constrained")
@@ -283,6 +383,8 @@ def forest_plot(card: Scorecard, title: str) -> bytes:
             if r["paper_diff"] is not None:
                 ax.plot(r["paper_diff"], y, "D", mfc="none", mec="black", ms=6)
         ax.axvline(0, color="black", lw=0.8, ls="--")
+        for m in {r["margin"] for r in rows if r.get("margin")}:  # the equivalence band ±m
+            ax.axvspan(-m, m, color=colours["equivalent"], alpha=0.08, lw=0)
         ax.set_yticks(
             range(len(rows)),
             [f"{r['pair']} · {r['agent_label'] or r['agent']} (n={r['n_seeds']})" for r in reversed(rows)],
@@ -300,7 +402,8 @@ def forest_plot(card: Scorecard, title: str) -> bytes:
         for v, c in colours.items()
     ]  # fmt: skip
     handles.append(Line2D([], [], color="black", marker="D", mfc="none", lw=0, label="paper's effect"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=5, fontsize="small", frameon=False)
+    handles.append(Patch(color=colours["equivalent"], alpha=0.15, label="±margin"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=7, fontsize="small", frameon=False)
     fig.suptitle(title + "\n" + textwrap.fill(card.headline, 120), fontsize="small")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

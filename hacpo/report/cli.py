@@ -1,4 +1,6 @@
-"""``hacpo report table|figure --spec SPEC --out-prefix PREFIX``: render a paper table or figure.
+"""``hacpo report table|figure --spec SPEC --out-prefix PREFIX``: render a paper table or figure;
+``hacpo report look --spec SPEC --look K --out LOOK.json [--previous PREV.json]``: one look of a sequential
+scorecard (:mod:`hacpo.report.looks`).
 
 SPEC is a JSON string or ``@path/to/spec.json``. Bad specs and missing inputs raise ``ValueError``
 (the main CLI turns it into exit status 2).
@@ -30,6 +32,14 @@ def cmd_figure(args) -> int:
     return 0
 
 
+def cmd_look(args) -> int:
+    from hacpo.report.looks import write_look
+
+    for p in write_look(load_spec(args.spec), args.look, args.out, args.previous):
+        print(p)
+    return 0
+
+
 def add_cli(subparsers) -> None:
     """Register ``report`` with the actions ``table`` and ``figure`` on the main CLI's subparsers."""
     r = subparsers.add_parser("report", help="render a paper table (CSV/Markdown/LaTeX) or figure (PNG/CSV)")
@@ -48,3 +58,9 @@ def add_cli(subparsers) -> None:
                 "without extension, e.g. results/config/figures/claims",
             )
         a.set_defaults(func=func)
+    a = actions.add_parser("look", help="one look of a sequential scorecard: its card and the looks' record")
+    a.add_argument("--spec", required=True, help="JSON string or @path/to/spec.json")
+    a.add_argument("--look", type=int, required=True, help="this look's number, 1 for the first")
+    a.add_argument("--out", required=True, help="the record, e.g. results/x/tables/claims_looks/look1.json")
+    a.add_argument("--previous", help="the previous look's record (none at the first look)")
+    a.set_defaults(func=cmd_look)

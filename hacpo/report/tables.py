@@ -585,6 +585,7 @@ def claims_table(spec: dict) -> Table:
         "metric",
         "seeds",
         "difference [95 % CI]",
+        "margin",
         "verdict",
         "Holm",
         "P(a beats b) [95 % CI]",
@@ -606,7 +607,8 @@ def claims_table(spec: dict) -> Table:
             r["metric"],
             r["seeds"],
             claims.interval(r),
-            r["verdict"],
+            claims.margin(r),
+            claims.verdict(r),
             r["verdict_holm"],
             poi,
             claims.fmt(r["paper_diff"]),
@@ -616,9 +618,11 @@ def claims_table(spec: dict) -> Table:
     notes = [
         *card.notes,
         "Per seed: d = a − b (ratio claims: a / b − 1) on the same pair, agent and seed; "
-        "difference = mean of d over the seeds with its 95 % Student-t interval; holds / reversed: the "
-        "interval lies wholly on the paper's / the other side of 0; undecided: it reaches 0; one seed: "
-        "no interval. Holm: the verdict with Holm's correction over all tested rows (family-wise 5 %). "
+        "difference = mean of d over the seeds with its 95 % Student-t interval (seeds of several machines: "
+        "the blocked t; seeds added in looks: the repeated interval of the sequential design); holds / "
+        "reversed: the interval lies wholly on the paper's / the other side of 0; equivalent: wholly "
+        "inside ±margin; undecided: it reaches 0 and a margin; one seed: no interval. Holm: the verdict "
+        "with Holm's correction over all tested rows (family-wise 5 %). "
         "P(a beats b): rliable's probability of improvement with a 95 % bootstrap interval. paper: the "
         "paper's own effect from its printed tables. docs/statistics.md.",
     ]

@@ -1,6 +1,7 @@
 # Config validation, wildcard constraints and the thin input/params functions over hacpo.pipeline.
 from hacpo.pipeline import Pipeline, Unrecorded, as_json
 from hacpo.pipeline.hooks import (
+    check_results_from,
     check_results_owner,
     put_interpreter_on_path,
     record_results_owner,
@@ -14,6 +15,7 @@ PIPE = Pipeline(config, base_dir=workflow.basedir, config_files=workflow.configf
 put_interpreter_on_path()
 # Each config writes only under its own folder: results/<config name>, or its `results_dir:` (issue 43).
 check_results_owner(PIPE)
+check_results_from(PIPE)  # other machines' folders a scorecard pools
 
 
 pathvars:
@@ -34,6 +36,7 @@ wildcard_constraints:
     bench="|".join(PIPE.cfg.benchmarks),
     seed=r"\d+",
     target=TARGET_PATTERN,
+    k=r"\d+",
 
 
 def _run(wildcards):
@@ -82,6 +85,53 @@ def claims_inputs(wildcards):
 
 def claims_spec(wildcards):
     return as_json(PIPE.table(wildcards.claims)[1])
+
+
+# A sequential scorecard's look k: the rows still open after look k − 1 get a block of new seeds.
+def _look(wildcards):
+    k, previous = int(wildcards.k), None
+    if k > 1:
+        prev = checkpoints.claims_look.get(claims=wildcards.claims, k=k - 1)
+        previous = prev.output.record
+    sizes = PIPE.look_sizes(wildcards.claims, previous)
+    return PIPE.claims_look(wildcards.claims, sizes), previous
+
+
+def look_inputs(wildcards):
+    (files, _), previous = _look(wildcards)
+    return files + ([previous] if previous else [])
+
+
+def look_spec(wildcards):
+    return as_json(_look(wildcards)[0][1])
+
+
+def look_previous(wildcards):
+    previous = _look(wildcards)[1]
+    return f"--previous {previous}" if previous else ""
+
+
+def decided_look(name):
+    """The record of the look at which every row of `name` is decided or at its budget."""
+    import json
+
+    k = 1
+    while True:
+        record = checkpoints.claims_look.get(claims=name, k=k).output.record
+        if json.load(open(record))["done"]:
+            return PIPE.look_files(name, k)
+        k += 1
+
+
+def copy_named(inputs, outputs, log):
+    """Copy each named input to the output of its name (a `run:` block: Snakemake formats no shell command
+    whose inputs a checkpoint has yet to decide)."""
+    import shutil
+
+    with open(log, "w") as said:
+        for key in outputs.keys():
+            shutil.copyfile(inputs[key], outputs[key])
+            print(inputs[key], "->", outputs[key], file=said)
 
 
 def figure_inputs(wildcards):

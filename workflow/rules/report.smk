@@ -97,6 +97,56 @@ rule scorecard:
         " --figure-prefix {params.figure} > {log.main} 2>&1"
 
 
+# A sequential scorecard (tables.<name>.sequential; docs/statistics.md): look k tests every row at its seeds
+# and records which stay open; `snakemake decide_<name>` takes looks until every row is decided or at its
+# budget, training only the open rows' new seeds (a run a fixed design would have made: the same files).
+checkpoint claims_look:
+    input:
+        look_inputs,
+    output:
+        **PIPE.look_files("{claims}", "{k}"),
+    log:
+        main="<results>/logs/tables/{claims}_look{k}.log",
+        spec="<results>/logs/tables/{claims}_look{k}.spec.json",
+    localrule: True
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        spec=look_spec,
+        previous=look_previous,
+    shell:
+        "printf %s {params.spec:q} > {log.spec}"
+        " && hacpo report look --spec @{log.spec} --look {wildcards.k} --out {output.record}"
+        " {params.previous} > {log.main} 2>&1"
+
+
+for _name in PIPE.sequential_tables():
+
+    rule:
+        name:
+            f"decide_{_name}"
+        input:
+            unpack(lambda wildcards, name=_name: decided_look(name)),
+        output:
+            **{
+                k: f"{PIPE.results}/tables/{_name}_decided{e}"
+                for k, e in (
+                    ("record", ".json"),
+                    ("md", ".md"),
+                    ("csv", ".csv"),
+                    ("seeds", "_seeds.csv"),
+                )
+            },
+            png=f"{PIPE.results}/figures/{_name}_decided.png",
+        log:
+            f"{PIPE.results}/logs/tables/{_name}_decided.log",
+        localrule: True
+        run:
+            copy_named(
+                input, output, log[0]
+            )  # the last look's card and record, by the table's name
+
+
 rule figure:
     input:
         figure_inputs,
