@@ -32,17 +32,17 @@ def main(path: str) -> None:
     stops, sampler = stop_token_ids(tok, model), torch.Generator().manual_seed(0)
     gen = generate(model, ids, 24, eos_id=stops, pad_id=tok.pad_token_id, prompt_mask=mask, generator=sampler,
                    prompt_index=index)  # fmt: skip
-    rows = (ids, index, gen.tokens, mask, gen.mask)
+    rows, masks = (ids, index, gen.tokens), {"prompt_mask": mask, "response_mask": gen.mask}
 
     def seq_mean(lp):
         return (lp * gen.mask).sum(1) / gen.mask.sum(1)
 
     with torch.no_grad():
-        fp32 = seq_mean(token_logprobs_shared_prompt(model, *rows, max_tokens=1024))
+        fp32 = seq_mean(token_logprobs_shared_prompt(model, *rows, **masks, max_tokens=1024))
         for precision in ("fp32", "bf16"):
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                old = seq_mean(token_logprobs_shared_prompt(model, *rows, max_tokens=1024))
-                new = seq_mean(SharedPrefixes(model, ids, index, gen.tokens, gen.mask, mask).logprobs())
+                old = seq_mean(token_logprobs_shared_prompt(model, *rows, **masks, max_tokens=1024))
+                new = seq_mean(SharedPrefixes(model, *rows, **masks).logprobs())
             s = (new - old).exp()
             print(f"{path}  {precision}: s_homo at the first update in [{s.min():.5f}, {s.max():.5f}], mean "
                   f"{s.mean():.5f}; π_old vs fp32: {(old - fp32).abs().mean():.4f} nats/token")  # fmt: skip

@@ -11,6 +11,9 @@ tasks, 30% LaTeX answers such as ``\\frac{3}{4}``, ``2\\sqrt{3}``, ``\\pi/2``, a
 - ``unique``: LaTeX answers drawn from wide ranges (almost never repeated) and the cache off: the cost of
               math-verify itself (worst case).
 
+``--misbehaving-verifier``: a step's 128 items scored by a verifier of your own that raises on one item in
+ten, hangs on one and scores NaN on one (30-s deadline): seconds, and whether every good item was scored.
+
 ``--hanging-verifier A B``: a toy HACPO run whose verifier of your own hangs on one prompt in ten, against the
 same run with it well behaved (issue 43: seconds per step, items retried, timed out and shared).
 
@@ -255,6 +258,18 @@ def _boxed(r):
 def exact(responses, answers, metadata):
     return [1.0 if _boxed(r) == a else 0.0 for r, a in zip(responses, answers)]
 
+def misbehaves_on_three_in_ten(responses, answers, metadata):
+    # item by item, keyed by the response: one in ten raises, one hangs, one scores NaN; the rest are exact
+    out = []
+    for r, a in zip(responses, answers):
+        kind = int(hashlib.sha256(r.encode()).hexdigest(), 16) % 10
+        if kind == 0:
+            raise ValueError("this verifier cannot read " + r[:20])
+        if kind == 1:
+            time.sleep(3600)
+        out.append(float("nan") if kind == 2 else 1.0 if _boxed(r) == a else 0.0)
+    return out
+
 def hangs_on_one_prompt_in_ten(responses, answers, metadata):
     # a pathological case keyed by the problem: every answer to one problem in ten never verifies
     if any(int(hashlib.sha256(a.encode()).hexdigest(), 16) % 10 == 0 for a in answers):
@@ -319,6 +334,55 @@ def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: 
                   f"failed {failed:.0f}", flush=True)  # fmt: skip
 
 
+def bench_misbehaving_verifier(timeout_s: float, workers: int) -> None:
+    """A step's scoring with a verifier of your own that raises on one item in ten, hangs on one and scores
+    NaN on one (two agents' 8 prompts × G 8 = 128 items in one step, ``timeout_s`` deadline): seconds, items
+    scored, items failed.
+    Only the 3 in 10 bad items should score 0, every good one scored."""
+    import hashlib
+    import tempfile
+    from pathlib import Path
+
+    from hacpo.reward.custom import CustomReward, VerifierRunner
+
+    rng = random.Random(0)
+    responses, answers = [], []
+    for p in range(16):  # 8 prompts × G 8 for each of two agents
+        gold = str(rng.randrange(10, 200))
+        for g in range(8):
+            said = gold if rng.random() < 0.5 else str(int(gold) + 1)
+            responses.append(f"prompt {p} sample {g}: {FILLER[:200]} \\boxed{{{said}}}")
+            answers.append(gold)
+    bad = sum(int(hashlib.sha256(r.encode()).hexdigest(), 16) % 10 < 3 for r in responses)
+    with tempfile.TemporaryDirectory() as tmp:
+        verify = Path(tmp) / "verify.py"
+        verify.write_text(HANGING_VERIFIER)
+        spec = CustomReward(file=str(verify), name="misbehaves_on_three_in_ten")
+        runner = VerifierRunner(spec, workers=workers, timeout_s=timeout_s)
+        for p in runner.pools:
+            p.wait_ready(60.0)
+        t0 = time.monotonic()
+        runner.new_step()  # one step: both agents' items, one call each, as the local engine scores them
+        half = len(responses) // 2
+        got = runner.score(responses[:half], answers[:half], ids=[str(i) for i in range(half)])
+        got += runner.score(
+            responses[half:], answers[half:], ids=[str(i) for i in range(half, len(responses))]
+        )
+        took = time.monotonic() - t0
+        counts = runner.take_counts()
+        for p in runner.pools:
+            p.close()
+    good = [i for i, r in enumerate(responses) if int(hashlib.sha256(r.encode()).hexdigest(), 16) % 10 >= 3]
+    right = sum(got[i] == (1.0 if f"boxed{{{answers[i]}}}" in responses[i] else 0.0) for i in good)
+    print(
+        f"misbehaving verifier ({len(responses)} items, {bad} bad, deadline {timeout_s:g} s, "
+        f"{workers} workers): "
+        f"{took:.1f} s; {right} of {len(good)} good items scored right; {counts['failed']:.0f} scored 0 "
+        f"as failures; retried {counts['retried']:.0f}, timed out {counts['timed_out']:.0f}",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hanging-verifier", nargs=2, metavar=("AGENT_A", "AGENT_B"),
@@ -329,6 +393,11 @@ def main() -> None:
     ap.add_argument("--hang-engine", choices=["local", "openrlhf"], default="local",
                     help="openrlhf: the joint run on the real stack (.venv-rehearsal)")  # fmt: skip
     ap.add_argument("--hang-reward-file", default=None, help="openrlhf: another reward file (a before/after)")
+    ap.add_argument(
+        "--misbehaving-verifier",
+        action="store_true",
+        help="only a step's scoring with a verifier that raises, hangs or scores NaN on 3 items in 10",
+    )
     ap.add_argument("--batches", type=int, default=8, help="batches of 512 responses per workload")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--seed", type=int, default=0)
@@ -338,6 +407,9 @@ def main() -> None:
     args = ap.parse_args()
 
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    if args.misbehaving_verifier:
+        bench_misbehaving_verifier(args.hang_timeout or 30.0, max(1, args.workers[-1]))
+        return
     if args.hanging_verifier:
         bench_hanging_verifier(args.hanging_verifier, args.hang_data, args.hang_steps, args.hang_timeout,
                                args.hang_engine, args.hang_reward_file)  # fmt: skip

@@ -137,8 +137,8 @@ def cmd_train(args) -> int:
     if args.progress:
         cfg = cfg.model_copy(update={"progress": True})
     if args.engine == "openrlhf":
+        from hacpo.engine_options import OpenRLHFOptions
         from hacpo.engines.openrlhf import train
-        from hacpo.engines.openrlhf.options import OpenRLHFOptions
 
         opts = cfg.openrlhf or OpenRLHFOptions()
         if opts.gpus_per_node is None:

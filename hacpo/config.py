@@ -26,7 +26,7 @@ from pydantic import (
 
 from hacpo.algo import HACPO_KNOBS, SGT_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
-from hacpo.engines.openrlhf.options import OpenRLHFOptions
+from hacpo.engine_options import OpenRLHFOptions
 from hacpo.reward.custom import CustomReward, reward_identity
 
 # α, 1−δ and δ_step, each validated by the one check the loss itself runs (errors name the config key).

@@ -24,6 +24,7 @@ from hacpo.algo import (
     gspo_token_ratio,
     hacpo_cross_row_loss,
     k3_kl,
+    metric_floats,
     policy_loss,
     rows_with_gradient,
     seq_mean_logp,
@@ -742,6 +743,47 @@ def test_live_rows_skip_zero_advantage_rows_exactly_when_no_kl_reads_them(kind, 
     (g,) = torch.autograd.grad(loss, logits2)
     torch.testing.assert_close(g, g_full, rtol=1e-12, atol=1e-15)
     metrics.pop("backward_rows_frac", None)
+    metrics, metrics_full = metric_floats([metrics, metrics_full])  # the loss's metrics are tensors
     assert metrics == pytest.approx(metrics_full)
     zero_own = [i for i in (0, 2, 4) if own[i]] if beta > 0 else []  # the KL term reads own rows
     assert not ({0, 2, 4} - set(zero_own)) & set(with_grad)
+
+
+def test_live_rows_call_the_loss_once_change_nothing_and_need_no_is_own(monkeypatch):
+    """The live-row loss is engine scheduling around one call of the loss: it neither writes into its batch
+    nor needs ``is_own`` (a single-agent batch leaves it None)."""
+    from hacpo.algo import losses
+    from hacpo.engines.core import live_rows
+
+    lengths = [3, 2, 4]
+    logits, tokens, mask = random_rows(lengths, seed=5)
+    batch = MiniBatch(logp=None, mask=mask, adv=t([0.0, 1.0, -1.0]), old_mean_logp=t([-1.0, -1.0, -1.0]))
+    calls = []
+    monkeypatch.setattr(losses, "policy_loss", lambda *a, **k: calls.append(1) or policy_loss(*a, **k))
+    loss, metrics = live_rows.policy_loss_live_rows(
+        batch, LossSpec(kind="gspo"), 0, lambda rows, detach: logp_of(logits[rows], tokens[rows])
+    )
+    assert calls == [1] and batch.logp is None and loss is not None
+    assert metrics["backward_rows_frac"] == pytest.approx(2 / 3)  # the row with A = 0 has no gradient
+
+
+def test_the_loss_syncs_with_the_host_twice_whatever_its_metrics(monkeypatch):
+    """``float()`` / ``bool()`` / ``.item()`` of a tensor is a device sync on a GPU; the loss makes two
+    (whether the mini-batch has own and cross rows) and returns its metrics as tensors."""
+    lengths = [3, 2, 4, 1]
+    logits, tokens, mask = random_rows(lengths, seed=7)
+    batch = MiniBatch(logp=logp_of(logits, tokens), mask=mask, adv=t([1.0, -1.0, 0.5, -0.5]),
+                      old_mean_logp=t([-1.0] * 4), is_own=torch.tensor([True, True, False, False]),
+                      omega=t([1.0] * 4), ref_logp=logp_of(logits, tokens).detach() - 0.1)  # fmt: skip
+    syncs = []
+    for name in ("__bool__", "__float__", "item", "tolist"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda x, *a, _r=real, _n=name: syncs.append(_n) or _r(x, *a))
+    for kind in ("hacpo", "naive", "sgt"):
+        syncs.clear()
+        _, metrics = policy_loss(batch, LossSpec(kind=kind, kl_beta=1e-3), 1)
+        assert len(syncs) <= 2, (kind, syncs)
+        assert all(isinstance(v, torch.Tensor) for k, v in metrics.items() if k not in ("rows", "cross_lo"))
+    monkeypatch.undo()
+    (floats,) = metric_floats([metrics])
+    assert all(isinstance(v, float) for v in floats.values()) and floats["own_rows"] == 2.0

@@ -107,7 +107,8 @@ def test_variant_knobs_are_explicit_and_checked():
     half = get_method("gspo_updates_x2").variant(gspo_updates_x2_mode="half_minibatch")
     assert (half.epochs, half.minibatch_divisor, half.updates_per_step(128 * 8, 512)) == (1, 2, 4)
     assert get_method("gspo_updates_x2").variant(gspo_updates_x2_mode=None) == get_method("gspo_updates_x2")
-    assert get_method("naive").variant(naive_cross_ratio="self_old").naive_cross_ratio == "self_old"
+    assert get_method("naive").naive_cross_ratio == "self_old"  # the default; the variant sets the other
+    assert get_method("naive").variant(naive_cross_ratio="source").naive_cross_ratio == "source"
     with pytest.raises(ValueError, match="applies to naive only, not 'hacpo'"):
         get_method("hacpo").variant(naive_cross_ratio="self_old")
     with pytest.raises(ValueError, match="choose one of"):

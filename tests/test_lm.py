@@ -59,7 +59,7 @@ def test_sampling_logprobs_equal_a_full_forward(kind, padded):
     )
     full = torch.cat([ids, out.tokens], dim=1)
     with torch.no_grad():
-        lp = token_logprobs(model, full, 6, torch.cat([mask, out.mask], dim=1))
+        lp = token_logprobs(model, full, 6, attention_mask=torch.cat([mask, out.mask], dim=1))
     assert torch.allclose(lp * out.mask, out.logp, atol=1e-5)
     assert torch.equal(out.mask, response_mask(out.tokens, 2))
 
@@ -99,7 +99,7 @@ def test_kv_decoder_steps_equal_the_models_forward(kind, kv_heads, padded, dtype
         pmask[1, :3] = False
     rows = torch.tensor([0, 1, 1, 2, 0])
     with torch.no_grad():
-        enc = encode_prompts(model, prompts, pmask if padded else None)
+        enc = encode_prompts(model, prompts, prompt_mask=pmask if padded else None)
         fast, slow = KVDecoder(model, enc, rows, 6), HFDecoder(model, enc, rows, 6)
         pos = (pmask.long().cumsum(-1)[:, -1])[rows]
         for t in range(6):
@@ -150,9 +150,11 @@ def test_shared_prompt_forward_equals_plain_forward_with_gradients(kind, padded)
     index = torch.tensor([0, 0, 1, 2, 2, 2, 1])
     resp = torch.randint(3, 40, (7, 5))
     full_mask = torch.cat([pmask[index], torch.ones_like(resp, dtype=torch.bool)], dim=1)
-    a = token_logprobs(model, torch.cat([prompts[index], resp], dim=1), 6, full_mask if padded else None)
+    a = token_logprobs(
+        model, torch.cat([prompts[index], resp], dim=1), 6, attention_mask=full_mask if padded else None
+    )
     ga = torch.autograd.grad(a.sum(), list(model.parameters()))
-    b = token_logprobs_shared_prompt(model, prompts, index, resp, pmask if padded else None)
+    b = token_logprobs_shared_prompt(model, prompts, index, resp, prompt_mask=pmask if padded else None)
     gb = torch.autograd.grad(b.sum(), list(model.parameters()))
     assert torch.allclose(a, b, atol=1e-5)
     for x, y in zip(ga, gb, strict=True):
@@ -174,10 +176,10 @@ def test_no_grad_log_probs_in_token_budgeted_chunks_equal_one_pass(max_tokens, r
     index = torch.tensor([0, 0, 1, 2, 2, 2, 1, 0])
     resp = torch.randint(3, 40, (8, 7))
     with torch.no_grad():
-        args = (model, prompts, index, resp, pmask, rmask)
+        args, masks = (model, prompts, index, resp), {"prompt_mask": pmask, "response_mask": rmask}
         whole, chunked = (
-            token_logprobs_shared_prompt(*args),
-            token_logprobs_shared_prompt(*args, max_tokens=max_tokens),
+            token_logprobs_shared_prompt(*args, **masks),
+            token_logprobs_shared_prompt(*args, **masks, max_tokens=max_tokens),
         )
     keep = torch.ones_like(resp, dtype=torch.bool) if rmask is None else rmask
     torch.testing.assert_close(chunked * keep, whole * keep, atol=1e-6, rtol=1e-6)
@@ -206,9 +208,11 @@ def test_no_grad_passes_make_no_more_logits_than_the_budget():
     hook = model.register_forward_hook(count, with_kwargs=True)
     budget = 5 * (5 + 30)
     with torch.no_grad():
-        whole = token_logprobs_shared_prompt(model, prompts, index, resp, None, rmask)
+        whole = token_logprobs_shared_prompt(model, prompts, index, resp, response_mask=rmask)
         unbounded, seen[:] = max(max(pair) for pair in seen), []
-        chunked = token_logprobs_shared_prompt(model, prompts, index, resp, None, rmask, max_tokens=budget)
+        chunked = token_logprobs_shared_prompt(
+            model, prompts, index, resp, response_mask=rmask, max_tokens=budget
+        )
     hook.remove()
     assert unbounded > budget  # this batch does outgrow the budget in one pass
     assert max(max(pair) for pair in seen) <= budget, seen
@@ -319,9 +323,11 @@ def test_shared_response_prefixes_give_the_plain_forward_and_its_gradient(kind, 
     model = _model(kind)
     prompts, pmask, index, resp, rmask = _shared_prefix_batch(padded)
     full_mask = torch.cat([pmask[index], rmask], dim=1)
-    a = token_logprobs(model, torch.cat([prompts[index], resp], dim=1), 6, full_mask) * rmask
+    a = token_logprobs(model, torch.cat([prompts[index], resp], dim=1), 6, attention_mask=full_mask) * rmask
     ga = torch.autograd.grad(a.sum(), list(model.parameters()))
-    shared = SharedPrefixes(model, prompts, index, resp, rmask, pmask if padded else None)
+    shared = SharedPrefixes(
+        model, prompts, index, resp, prompt_mask=pmask if padded else None, response_mask=rmask
+    )
     assert int(shared.shared.max()) > 0  # some response tokens really are shared
     b = shared.logprobs() * rmask
     gb = torch.autograd.grad(b.sum(), list(model.parameters()))
@@ -333,8 +339,13 @@ def test_shared_response_prefixes_give_the_plain_forward_and_its_gradient(kind, 
 def test_shared_prefixes_serve_row_subsets_with_and_without_gradient():
     model = _model("llama")
     prompts, pmask, index, resp, rmask = _shared_prefix_batch(True)
-    full = token_logprobs_shared_prompt(model, prompts, index, resp, pmask, rmask).detach() * rmask
-    shared = SharedPrefixes(model, prompts, index, resp, rmask, pmask)
+    full = (
+        token_logprobs_shared_prompt(
+            model, prompts, index, resp, prompt_mask=pmask, response_mask=rmask
+        ).detach()
+        * rmask
+    )
+    shared = SharedPrefixes(model, prompts, index, resp, prompt_mask=pmask, response_mask=rmask)
     first, rest = torch.tensor([0, 3, 6]), torch.tensor([1, 2, 4, 5, 7, 8])
     with torch.no_grad():
         a = shared.logprobs(first, detach=True)
@@ -343,6 +354,21 @@ def test_shared_prefixes_serve_row_subsets_with_and_without_gradient():
     assert torch.allclose(a * rmask[first], full[first], atol=1e-5)
     assert torch.allclose(b * rmask[rest], full[rest], atol=1e-5)
     b.sum().backward()  # the shared encoding's graph is intact after the detached pass
+
+
+def test_masks_are_keyword_only_so_their_order_cannot_be_swapped():
+    """The shared-prefix forward and its chunked wrapper once took (response_mask, prompt_mask) and
+    (prompt_mask, response_mask) positionally: a call in the other's order swapped them without a word."""
+    model = _model("llama")
+    prompts, pmask, index, resp, rmask = _shared_prefix_batch(True)
+    for call in (
+        lambda: SharedPrefixes(model, prompts, index, resp, rmask, pmask),
+        lambda: token_logprobs_shared_prompt(model, prompts, index, resp, pmask, rmask),
+        lambda: token_logprobs(model, torch.cat([prompts[index], resp], 1), 6, None),
+        lambda: encode_prompts(model, prompts, pmask),
+    ):
+        with pytest.raises(TypeError, match="positional argument"):
+            call()
 
 
 def _cheapest_cost(prompt_index, response, lengths, prompt_len) -> int:

@@ -10,6 +10,7 @@ import pytest
 
 from hacpo.config import TrainConfig
 from hacpo.reward import CustomReward, Scorer, VerifierError
+from hacpo.reward.custom import VerifierRunner
 
 FIXTURE = Path(__file__).parent / "fixtures" / "verifiers.py"
 
@@ -92,8 +93,9 @@ def test_a_one_item_call_that_hangs_costs_one_deadline_not_two():
 
 def test_a_steps_retries_stop_at_its_budget_and_the_rest_score_0():
     """A step's time on failed calls, first tries and retries, comes out of one budget
-    (reward_retry_budget_s): once spent, items still unscored score 0 and are counted, and a later first
-    try of the step gets a tenth of the deadline (at least 1 s); the next step has the whole budget again."""
+    (reward_retry_budget_s): once spent, items still unscored score 0 and are counted, and a later call of
+    the step goes item by item under a tenth of the deadline (at least 1 s), so its well-behaved items are
+    still scored; the next step has the whole budget again."""
     import time
 
     responses = ["hang answer: 1", "answer: 2"]
@@ -107,10 +109,51 @@ def test_a_steps_retries_stop_at_its_budget_and_the_rest_score_0():
         counts = s.take_verifier_counts()
         assert counts["verifier/timed_out"] == 1
         t0 = time.monotonic()
-        assert s.score(responses, ["1", "2"]) == [0.0, 0.0]  # budget spent: nothing more is retried
-        assert time.monotonic() - t0 < 1.0 + 1.0  # and the first try had 1 s, not the 3-s deadline
+        assert s.score(responses, ["1", "2"]) == [0.0, 1.0]  # budget spent: the good item is still scored
+        assert time.monotonic() - t0 < 1.0 + 1.0  # item by item at once, with 1 s, not the 3-s deadline
         s.new_step()  # a new step: the whole budget again
         assert s.score(responses, ["1", "2"]) == [0.0, 1.0]
+
+
+def test_a_misbehaving_verifier_costs_a_step_only_its_bad_items():
+    """A verifier of your own that raises, hangs or scores NaN on a few items of every batch, in a step that
+    scores two agents' items: only the bad items score 0. The first agent's batch fails, its items are
+    scored one by one, a hanging one beside the queue; the step's later call goes item by item at once,
+    so its good items are scored although the budget is spent (before: every item of that call scored 0)."""
+    good = [f"answer: {k}" for k in range(6)]
+    bad = ["hang answer: 1", "boom answer: 2", "nan answer: 3"]
+    responses, answers = good + bad, [str(k) for k in range(6)] + ["1", "2", "3"]
+    spec = CustomReward(file=str(FIXTURE), name="misbehaves")
+    runner = VerifierRunner(spec, workers=1, timeout_s=2.0, retry_budget_s=2.5, retry_workers=2)
+    try:
+        runner.score(["answer: 1"], ["1"])
+        runner.new_step()
+        first = runner.score(responses, answers)
+        second = runner.score(responses[::-1], answers[::-1])
+    finally:
+        for pool in runner.pools:
+            pool.close()
+    assert first == [1.0] * 6 + [0.0] * 3 and second == [0.0] * 3 + [1.0] * 6
+
+
+def test_a_hanging_item_does_not_hold_up_the_items_queued_behind_it():
+    """A pool with spares: once an item runs past ``stall_s``, a spare worker serves the queue beside it, so
+    the items behind a hanging one are scored before its deadline (one worker alone would reach them only
+    after it, and the call's budget would cut them off)."""
+    from hacpo.reward.pool import Pool
+
+    spec = CustomReward(file=str(FIXTURE), name="misbehaves")
+    job = ("hacpo.reward.custom:verifier_job", spec.model_dump())
+    # the pool sends items in the order of their golds: the hanging one first
+    tasks = [(["hang answer: 0"], ["0"], [{}])] + [([f"answer: {k}"], [str(k)], [{}]) for k in range(1, 5)]
+    for spares, expect in ((2, [(True, [1.0])] * 4), (0, [(False, "budget")] * 4)):
+        pool = Pool(1, 4.0, 4.0, job=job, spares=spares, stall_s=0.2)
+        try:
+            pool.wait_ready(60.0)
+            got = pool.run(tasks, budget_s=3.5)
+        finally:
+            pool.close()
+        assert got[0] == (False, "budget") and got[1:] == expect, (spares, got)
 
 
 def test_identical_items_are_verified_once_and_share_a_success_or_a_failure(tmp_path, monkeypatch):

@@ -135,11 +135,13 @@ def test_shared_prefix_passes_in_slices_equal_the_full_vocabulary_passes(kind, m
     r_mask[2, 4:] = False
 
     def run():
-        shared = SharedPrefixes(model, prompts, index, resp, r_mask, p_mask)
+        shared = SharedPrefixes(model, prompts, index, resp, prompt_mask=p_mask, response_mask=r_mask)
         lp = shared.logprobs() * r_mask
         grads = _grads(model, lp.sum())
         with torch.no_grad():
-            nograd = token_logprobs_shared_prompt(model, prompts, index, resp, p_mask, r_mask, max_tokens=12)
+            nograd = token_logprobs_shared_prompt(
+                model, prompts, index, resp, prompt_mask=p_mask, response_mask=r_mask, max_tokens=12
+            )
         return lp.detach(), grads, nograd * r_mask, shared.encoded.head
 
     ref, ref_grads, ref_nograd, head = run()

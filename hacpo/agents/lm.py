@@ -102,7 +102,7 @@ def generate(
     if not greedy and temperature <= 0:
         raise ValueError(f"temperature must be > 0 for sampling (use greedy=True), got {temperature}")
     device = prompt_ids.device
-    prompts = encode_prompts(model, prompt_ids, prompt_mask)
+    prompts = encode_prompts(model, prompt_ids, prompt_mask=prompt_mask)
     if prompt_index is None:
         prompt_index = torch.arange(prompt_ids.shape[0], device=device)
     decoder = decoder_for(model, prompts, prompt_index, max_new_tokens)
@@ -179,6 +179,7 @@ def token_logprobs(
     model,
     input_ids: torch.Tensor,
     response_start: int,
+    *,
     attention_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probs ``[B, T - response_start]`` of tokens ``input_ids[:, response_start:]`` given their prefix.
@@ -280,6 +281,7 @@ class EncodedPrompts:
 def encode_prompts(
     model,
     prompt_ids: torch.Tensor,
+    *,
     prompt_mask: torch.Tensor | None = None,
     keep_logits: int = 1,
     head: OutputHead | None = None,
@@ -386,8 +388,9 @@ class SharedPrefixes:
         prompt_ids: torch.Tensor,
         prompt_index: torch.Tensor,
         response: torch.Tensor,
-        response_mask: torch.Tensor | None = None,
+        *,
         prompt_mask: torch.Tensor | None = None,
+        response_mask: torch.Tensor | None = None,
     ):
         rows, width = response.shape
         dev = response.device
@@ -402,11 +405,13 @@ class SharedPrefixes:
         c_max = int(self.shared.max())
         if prompt_mask is None:
             prompt_mask = torch.ones_like(prompt_ids, dtype=torch.bool)
-        ext = self._extended_prompts(prompt_ids[prompts], prompt_mask[prompts], response[rep], c_max)
+        ext_ids, ext_mask = self._extended_prompts(
+            prompt_ids[prompts], prompt_mask[prompts], response[rep], c_max
+        )
         self.suffix_width = max(1, int((lengths - self.shared[self.row_group]).max()))
         # a big vocabulary: project hidden states in slices (hacpo.agents.vocab), not whole-batch logits
         head = head_for(model, max(len(rep) * (c_max + 1), rows * self.suffix_width))
-        self.encoded = encode_prompts(model, *ext, keep_logits=c_max + 1, head=head)
+        self.encoded = encode_prompts(model, ext_ids, prompt_mask=ext_mask, keep_logits=c_max + 1, head=head)
         # log-probs of each group's shared tokens: token j is predicted by tail position c_max - c_g + j
         steps = torch.arange(c_max, device=dev)
         at = ((c_max - self.shared)[:, None] + steps).clamp(max=c_max)
@@ -479,6 +484,7 @@ def token_logprobs_shared_prompt(
     prompt_ids: torch.Tensor,
     prompt_index: torch.Tensor,
     response: torch.Tensor,
+    *,
     prompt_mask: torch.Tensor | None = None,
     response_mask: torch.Tensor | None = None,
     max_tokens: int | None = None,
@@ -496,7 +502,9 @@ def token_logprobs_shared_prompt(
     independent); zeros past each row's mask.
     """
     if max_tokens is None:
-        shared = SharedPrefixes(model, prompt_ids, prompt_index, response, response_mask, prompt_mask)
+        shared = SharedPrefixes(
+            model, prompt_ids, prompt_index, response, prompt_mask=prompt_mask, response_mask=response_mask
+        )
         return shared.logprobs()
     if response_mask is None:
         response_mask = torch.ones_like(response, dtype=torch.bool)
@@ -506,7 +514,7 @@ def token_logprobs_shared_prompt(
         width = max(1, int(lengths[chunk].max()))
         chunk = chunk.to(response.device)
         cols = (chunk, slice(0, width))
-        shared = SharedPrefixes(model, prompt_ids, prompt_index[chunk], response[cols], response_mask[cols],
-                                prompt_mask)  # fmt: skip
+        shared = SharedPrefixes(model, prompt_ids, prompt_index[chunk], response[cols],
+                                prompt_mask=prompt_mask, response_mask=response_mask[cols])  # fmt: skip
         out[cols] = shared.logprobs()
     return out

@@ -145,7 +145,7 @@ def _batch_loss(model, batch: dict, reduction: str = "mean", sliced: bool = Fals
     if sliced:
         start, labels = on["response_start"], on["labels"]
         mask = labels != -100
-        logp = token_logprobs(model, on["input_ids"], start, on["attention_mask"])
+        logp = token_logprobs(model, on["input_ids"], start, attention_mask=on["attention_mask"])
         total = -(logp * mask).sum()
         return total if reduction == "sum" else total / mask.sum().clamp(min=1)
     logits = model(

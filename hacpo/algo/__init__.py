@@ -25,8 +25,8 @@ from .losses import (
     hacpo_cross_row_loss,
     k3_kl,
     k3_kl_tokens,
+    metric_floats,
     policy_loss,
-    policy_loss_live_rows,
     ppo_clipped,
     rescue_row_loss,
     rows_with_gradient,
@@ -67,8 +67,8 @@ __all__ = [
     "method_names",
     "omega",
     "omega_matrix",
+    "metric_floats",
     "policy_loss",
-    "policy_loss_live_rows",
     "ppo_clipped",
     "rows_with_gradient",
     "seq_mean_logp",
@@ -77,3 +77,20 @@ __all__ = [
     "stepwise_lower_bound",
     "token_ratio",
 ]
+
+
+def __getattr__(name: str):
+    """``policy_loss_live_rows`` moved to :mod:`hacpo.engines.core.live_rows` (engine scheduling, not maths);
+    the old name works, with a warning, until 0.3.0."""
+    if name == "policy_loss_live_rows":
+        import warnings
+
+        warnings.warn(
+            "hacpo.algo.policy_loss_live_rows moved to hacpo.engines.core.live_rows (until 0.3.0 both work)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        from hacpo.engines.core.live_rows import policy_loss_live_rows
+
+        return policy_loss_live_rows
+    raise AttributeError(f"module 'hacpo.algo' has no attribute {name!r}")

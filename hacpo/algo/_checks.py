@@ -20,6 +20,18 @@ def check_finite(name: str, t: torch.Tensor) -> None:
         )
 
 
+def check_all_finite(**tensors: torch.Tensor) -> None:
+    """:func:`check_finite` of several tensors with one host sync (each ``bool(tensor)`` is a device sync on a
+    GPU); the error names the first that is not finite."""
+    named = {k: t for k, t in tensors.items() if t is not None and t.numel()}
+    if not named:
+        return
+    ok = torch.stack([torch.isfinite(t).all() for t in named.values()]).tolist()
+    for (name, t), good in zip(named.items(), ok, strict=True):
+        if not good:
+            check_finite(name, t)
+
+
 def check_nonempty(name: str, t: torch.Tensor) -> None:
     if t.numel() == 0:
         raise ValueError(f"{name} is empty (shape {tuple(t.shape)}); every group needs at least one response")

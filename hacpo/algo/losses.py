@@ -7,19 +7,16 @@ here is batched over rows with no Python loop over samples.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 import torch
 
-from ._checks import check_finite, check_rows, check_same_shape
+from ._checks import check_all_finite, check_rows, check_same_shape
 from .ratios import (
     LOG_RATIO_GUARD,
     gspo_token_ratio,
     masked_mean,
-    seq_mean_logp,
-    sequence_log_ratio,
     token_ratio,
 )
 
@@ -112,14 +109,11 @@ class MiniBatch:
         for name in ("old_logp", "ref_logp"):
             if getattr(self, name) is not None:
                 check_same_shape(logp=self.logp, **{name: getattr(self, name)})
-        check_finite("adv", self.adv)
-        check_finite("old_mean_logp", self.old_mean_logp)
-        if self.omega is not None:
-            check_finite("omega", self.omega)
+        check_all_finite(adv=self.adv, old_mean_logp=self.old_mean_logp, omega=self.omega)
 
     def own_rows(self) -> torch.Tensor:
         if self.is_own is None:
-            return torch.ones(self.logp.shape[0], dtype=torch.bool, device=self.logp.device)
+            return torch.ones(self.adv.shape[0], dtype=torch.bool, device=self.adv.device)
         return self.is_own.bool()
 
 
@@ -161,10 +155,14 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> tor
     return masked_mean(k3_kl_tokens(logp, ref_logp), mask)
 
 
+def clipped_surrogate(ratio, adv, eps_low, eps_high) -> torch.Tensor:
+    """PPO's clipped surrogate per token, max(−A·r, −A·clip(r, 1−ε_l, 1+ε_h)) (§2.1); ``adv`` broadcasts."""
+    return torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high))
+
+
 def gspo_row_loss(s_tok, adv, eps_low, eps_high) -> torch.Tensor:
     """PPO-clipped GSPO surrogate per token, max(−A·s, −A·clip(s, 1−ε_l, 1+ε_h)) (§2.2, §3.6 own row)."""
-    a = adv[:, None]
-    return torch.maximum(-a * s_tok, -a * s_tok.clamp(1.0 - eps_low, 1.0 + eps_high))
+    return clipped_surrogate(s_tok, adv[:, None], eps_low, eps_high)
 
 
 def hacpo_cross_row_loss(s_tok, adv, omega, lo, hi, alpha) -> torch.Tensor:
@@ -182,47 +180,71 @@ def rescue_row_loss(logp, adv) -> torch.Tensor:
     return -adv[:, None] * logp
 
 
-def _stats(prefix: str, x: torch.Tensor) -> dict[str, float]:
-    if x.numel() == 0:
-        return {}
+def _stats(prefix: str, x: torch.Tensor, where: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Mean, min and max of ``x`` over the rows ``where`` (at least one), as tensors: no host sync."""
+    x = x.detach().double()
+    n = where.sum()
     return {
-        f"{prefix}_mean": float(x.mean()),
-        f"{prefix}_min": float(x.min()),
-        f"{prefix}_max": float(x.max()),
+        f"{prefix}_mean": torch.where(where, x, 0.0).sum() / n,
+        f"{prefix}_min": torch.where(where, x, torch.inf).min(),
+        f"{prefix}_max": torch.where(where, x, -torch.inf).max(),
     }
 
 
-def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Tensor, dict[str, float]]:
+def _share(flags: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """The fraction of rows ``where`` that ``flags`` marks (a tensor: no host sync)."""
+    return (flags & where).sum().double() / where.sum()
+
+
+Metrics = dict[str, "torch.Tensor | float"]
+
+
+def metric_floats(metrics: list[Metrics]) -> list[dict[str, float]]:
+    """Loss metrics as Python floats, every tensor of every dict moved to the host in one transfer: an
+    engine calls it once per step (on a GPU each ``float(tensor)`` would be a device sync)."""
+    keys = [(i, k) for i, d in enumerate(metrics) for k, v in d.items() if isinstance(v, torch.Tensor)]
+    values = torch.stack([metrics[i][k].detach().double().cpu() for i, k in keys]).tolist() if keys else []
+    out = [{k: float(v) for k, v in d.items()} for d in metrics]
+    for (i, k), v in zip(keys, values, strict=True):
+        out[i][k] = v
+    return out
+
+
+def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Tensor, Metrics]:
     """Per-learner, per-mini-batch loss L_m = (1/N_m)·Σ_i l_i + β·KL_own (§3.6), for every loss kind.
 
     - ``grpo``: token ratio, clip 0.2/0.28 from ``spec``, token-mean over the mini-batch (§2.1).
     - ``gspo``: GSPO-token, seq-mean-token-mean (§2.2).
     - ``naive``: the GSPO surrogate on *all* rows; cross rows use the ratio against ``old_mean_logp``
-      (the source's pre-update policy by default, or the learner's own old log-prob when the engine runs
-      ``naive_cross_ratio: self_old``); advantages are the plain joint normalisation; no ω, no α, no
-      asymmetric or stepwise clip (§2.5, the spec's "most plausible" definition — chosen because it keeps
-      exactly HACPO's rollout/update budget and changes only the four mechanisms).
+      (the learner's own pre-update log-prob of the borrowed answer by default, ``naive_cross_ratio:
+      self_old``, or the source's with ``source``); advantages are the plain joint normalisation; no ω,
+      no α, no asymmetric or stepwise clip (§2.5, the spec's "most plausible" definition — chosen because
+      it keeps exactly HACPO's rollout/update budget and changes only the four mechanisms).
     - ``hacpo``: own rows GSPO; cross rows −ω·A·c·sg(c)^α with c = clamp(s, lo_m, 1) (§3.6).
     - ``sgt``: own rows GSPO; cross rows are SGT's rescue set, −A·mean_t log π (:func:`rescue_row_loss`).
     KL (k3) is averaged over own rows only; a mini-batch with no own row has no KL term. A part of a
     mini-batch (``n_total``, ``own_tokens`` set: micro-batches) returns its share of both terms.
 
     Metrics: ``s_homo_*``/``s_hete_*`` (mean/min/max of sequence ratios), clip fractions, ω, mean advantage,
-    the advantages summed over own and over cross rows (``*_sum``: a step sums them over its updates).
+    the advantages summed over own and over cross rows (``*_sum``: a step sums them over its updates). They
+    are 0-d tensors (``rows`` and ``cross_lo`` plain floats), so the loss makes two host syncs, not one per
+    number: an engine turns a step's metrics into floats at once with :func:`metric_floats`.
     """
     batch.validate()
     own = batch.own_rows()
     cross = ~own
-    if spec.kind in ("grpo", "gspo") and bool(cross.any()):
+    has_own, has_cross = torch.stack([own.any(), cross.any()]).tolist()  # with validate's, the only syncs
+    if spec.kind in ("grpo", "gspo") and has_cross:
         raise ValueError(f"loss kind {spec.kind!r} is single-agent: the mini-batch must hold own rows only")
     n_rows = batch.logp.shape[0]
-    metrics: dict[str, float] = {
+    adv = batch.adv.detach().double()
+    metrics: Metrics = {
         "rows": float(n_rows),
-        "own_rows": float(own.sum()),
-        "adv_mean": float(batch.adv.mean()),
+        "own_rows": own.sum().double(),
+        "adv_mean": adv.mean(),
         # summed over the step's rows (its updates' sum): what own rows and cross rows pull in all
-        "own_adv_sum": float(batch.adv[own].sum()),
-        "cross_adv_sum": float(batch.adv[cross].sum()),
+        "own_adv_sum": torch.where(own, adv, 0.0).sum(),
+        "cross_adv_sum": torch.where(cross, adv, 0.0).sum(),
     }
 
     if spec.kind == "grpo":
@@ -230,17 +252,17 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
             raise ValueError("GRPO needs token-level old_logp")
         r = token_ratio(batch.logp, batch.old_logp, spec.log_ratio_guard)
         a = batch.adv[:, None]
-        tok = torch.maximum(-a * r, -a * r.clamp(1.0 - spec.eps_low, 1.0 + spec.eps_high))
+        tok = clipped_surrogate(r, a, spec.eps_low, spec.eps_high)
         pg = masked_mean(tok, batch.mask)  # token-mean over the mini-batch
         clipped = ppo_clipped(r, a, spec.eps_low, spec.eps_high)
-        metrics["own_clip_frac"] = float(masked_mean(clipped.float(), batch.mask))
-        metrics.update(_stats("s_homo", masked_mean(r.detach(), batch.mask, dim=1)))
+        metrics["own_clip_frac"] = masked_mean(clipped.double(), batch.mask)
+        metrics.update(_stats("s_homo", masked_mean(r.detach(), batch.mask, dim=1), own))
     else:
         s_tok, s = gspo_token_ratio(batch.logp, batch.mask, batch.old_mean_logp, spec.log_ratio_guard)
         tok = gspo_row_loss(s_tok, batch.adv, spec.eps_low, spec.eps_high)
         a = batch.adv
         own_clipped = ppo_clipped(s, a, spec.eps_low, spec.eps_high)
-        if spec.kind == "hacpo" and bool(cross.any()):
+        if spec.kind == "hacpo" and has_cross:
             if spec.omega_in_loss and batch.omega is None:
                 raise ValueError(
                     "HACPO cross rows need omega (ω^(j,k) per row); pass omega or use omega_in_loss=False"
@@ -252,37 +274,38 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
             inside = cross_in_bounds(s, spec, m)
             metrics.update(
                 cross_lo=lo if lo != float("-inf") else 0.0,
-                cross_in_bounds_frac=float(inside[cross].float().mean()),
-                cross_below_frac=float((s < lo)[cross].float().mean()),
-                cross_above_frac=float((s > hi)[cross].float().mean()),
+                cross_in_bounds_frac=_share(inside, cross),
+                cross_below_frac=_share(s < lo, cross),
+                cross_above_frac=_share(s > hi, cross),
             )
             if batch.omega is not None:
-                metrics["omega_mean"] = float(batch.omega[cross].double().mean())
-        elif spec.kind == "sgt" and bool(cross.any()):
+                metrics["omega_mean"] = _stats("omega", batch.omega, cross)["omega_mean"]
+        elif spec.kind == "sgt" and has_cross:
             tok = torch.where(cross[:, None], rescue_row_loss(batch.logp, a.to(batch.logp.dtype)), tok)
-            metrics["rescue_rows"] = float(cross.sum())
-        elif bool(cross.any()):  # naive: the GSPO clip on cross rows too
-            metrics["cross_clip_frac"] = float(own_clipped[cross].float().mean())
+            metrics["rescue_rows"] = cross.sum().double()
+        elif has_cross:  # naive: the GSPO clip on cross rows too
+            metrics["cross_clip_frac"] = _share(own_clipped, cross)
         row = masked_mean(tok, batch.mask, dim=1)
         pg = row.sum() / (
             batch.n_total or n_rows
         )  # seq-mean over N_m = own + cross rows, equal weight (§3.6)
-        if bool(own.any()):
-            metrics["own_clip_frac"] = float(own_clipped[own].float().mean())
-        metrics.update(_stats("s_homo", s[own]))
-        metrics.update(_stats("s_hete", s[cross]))
+        if has_own:
+            metrics["own_clip_frac"] = _share(own_clipped, own)
+            metrics.update(_stats("s_homo", s, own))
+        if has_cross:
+            metrics.update(_stats("s_hete", s, cross))
 
     loss = pg
-    if spec.kl_beta > 0 and batch.ref_logp is not None and bool(own.any()):
+    if spec.kl_beta > 0 and batch.ref_logp is not None and has_own:
         if batch.own_tokens is None:
             kl = k3_kl(batch.logp[own], batch.ref_logp[own], batch.mask[own])
         else:  # this part's share of the mini-batch's token mean
             k3 = k3_kl_tokens(batch.logp[own], batch.ref_logp[own])
             kl = (k3 * batch.mask[own]).sum() / batch.own_tokens
         loss = loss + spec.kl_beta * kl
-        metrics["kl"] = float(kl.detach())
-    metrics["pg_loss"] = float(pg.detach())
-    metrics["loss"] = float(loss.detach())
+        metrics["kl"] = kl.detach().double()
+    metrics["pg_loss"] = pg.detach().double()
+    metrics["loss"] = loss.detach().double()
     return loss, metrics
 
 
@@ -302,71 +325,3 @@ def rows_with_gradient(batch: MiniBatch, spec: LossSpec, m: int, s: torch.Tensor
     if spec.kl_beta > 0 and batch.ref_logp is not None:
         live = live | own
     return live
-
-
-LogProbs = Callable[[torch.Tensor | None, bool], torch.Tensor]
-
-
-def policy_loss_live_rows(
-    batch: MiniBatch, spec: LossSpec, m: int, logprobs: LogProbs, skip_dead_rows: bool = True
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """:func:`policy_loss` with the backward restricted to rows that have a gradient (exact).
-
-    ``batch.logp`` is left empty; ``logprobs(rows, detach)`` returns the learner's current token
-    log-probs of those rows (all rows for ``None``), so an engine decides how to run its model. Rows probed
-    by a no-grad pass: HACPO's cross rows (their clamp may be flat at the current weights) and every row
-    whose advantage is 0 and which no KL term reads (a group whose answers all scored alike: GSPO, Naive,
-    HACPO with ``kl_beta`` 0); those without a gradient (:func:`rows_with_gradient`) get no forward with
-    gradient and no backward. The loss still divides by the full N_m, and the metrics are computed over
-    every row, so loss value, gradient and metrics equal :func:`policy_loss` on the full batch. GRPO (its
-    token-mean normaliser), or ``skip_dead_rows=False``, run it as is.
-
-    The loss is None when no row has a gradient: the caller then steps its optimizer on zero gradients
-    (not on missing ones, which AdamW would skip), exactly as the full batch would.
-    """
-    own = batch.own_rows()
-    kl_reads = own if (spec.kl_beta > 0 and batch.ref_logp is not None) else torch.zeros_like(own)
-    probe = (batch.adv == 0) & ~kl_reads  # no gradient whatever the weights
-    if spec.kind == "hacpo" and spec.cross_clip != "none":
-        probe = probe | ~own
-    if not (skip_dead_rows and spec.kind != "grpo" and bool(probe.any())):
-        batch.logp = logprobs(None, False)
-        return policy_loss(batch, spec, m)
-    probe_rows = torch.nonzero(probe).flatten()
-    with torch.no_grad():
-        logp_probe = logprobs(probe_rows, True)
-    s = torch.exp(
-        sequence_log_ratio(
-            seq_mean_logp(logp_probe, batch.mask[probe_rows]),
-            batch.old_mean_logp[probe_rows],
-            spec.log_ratio_guard,
-        )
-    )
-    s_all = torch.ones_like(batch.adv)
-    s_all[probe_rows] = s.to(s_all.dtype)
-    live = rows_with_gradient(batch, spec, m, s_all) | ~probe
-    live_rows = torch.nonzero(live).flatten()
-    full = torch.zeros_like(batch.mask, dtype=logp_probe.dtype)
-    full[probe_rows] = logp_probe
-    loss = None
-    if len(live_rows):
-        logp_live = logprobs(live_rows, False)
-        sub = MiniBatch(
-            logp=logp_live,
-            mask=batch.mask[live_rows],
-            adv=batch.adv[live_rows],
-            old_mean_logp=batch.old_mean_logp[live_rows],
-            is_own=batch.is_own[live_rows],
-            omega=batch.omega[live_rows] if batch.omega is not None else None,
-            old_logp=batch.old_logp[live_rows] if batch.old_logp is not None else None,
-            ref_logp=batch.ref_logp[live_rows] if batch.ref_logp is not None else None,
-            n_total=batch.n_total or len(live),
-            own_tokens=batch.own_tokens,
-        )
-        loss, _ = policy_loss(sub, spec, m)
-        unprobed = ~probe[live_rows]
-        full[live_rows[unprobed]] = logp_live.detach()[unprobed]
-    batch.logp = full
-    _, metrics = policy_loss(batch, spec, m)  # exact metrics over all rows, no model call
-    metrics["backward_rows_frac"] = len(live_rows) / len(live)
-    return loss, metrics

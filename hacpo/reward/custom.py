@@ -207,6 +207,10 @@ def verifier_job(spec: dict):
 
 
 RETRY_WORKERS = 8  # processes that retry a failed batch's items in parallel (mostly idle while one hangs)
+# A retried item still running after RETRY_STALL_S is taken for hanging: a spare process (up to RETRY_SPARES
+# at once) serves the queue beside it, so the good items are scored while the hanging ones wait out their
+# deadline together
+RETRY_SPARES, RETRY_STALL_S = 32, 1.0
 
 
 class VerifierRunner:
@@ -215,11 +219,13 @@ class VerifierRunner:
 
     Items with the same response, answer and metadata are verified once and share the result, a failure as
     well as a success (rollouts of one prompt often repeat an answer). A failed batch's items are retried
-    one per call, spread over :data:`RETRY_WORKERS` processes, each under its own deadline, so that k hanging
-    items cost about one deadline, not k. A step's time on calls that failed (first tries and retries)
-    comes out of ``retry_budget_s`` (default two deadlines; :meth:`new_step` renews it): items still
-    unscored when it is spent score 0, counted and named like every other failure, and a later first try
-    in that step gets ``spent_deadline_s`` (a tenth of the deadline, at least 1 s) instead of the deadline.
+    one per call, spread over :data:`RETRY_WORKERS` processes, each under its own deadline, a hanging one
+    set aside with a spare process serving the queue beside it, so that k hanging items cost about one
+    deadline, not k, and every well-behaved item is scored. Once a batch failed, the step's later calls go
+    item by item from the start (the batch call stays the fast path while batches succeed). A step's time
+    on calls that failed comes out of ``retry_budget_s`` (default two deadlines; :meth:`new_step` renews
+    it): once it is spent, items get ``spent_deadline_s`` (a tenth of the deadline, at least 1 s), and those
+    still unscored then score 0, counted and named like every other failure.
     :meth:`take_counts` gives what a step spent (seconds, retried, timed-out, shared, failed items)."""
 
     def __init__(
@@ -243,6 +249,7 @@ class VerifierRunner:
         self.budget_left = self.retry_budget_s
         self.spent_deadline_s = min(timeout_s, max(1.0, 0.1 * timeout_s))  # a first try's, once it is spent
         self.failed = 0  # items scored 0 because the verifier failed on them (all batches so far)
+        self.batch_ok = True  # False once a batch failed this step: later calls go item by item
         self.counts = dict.fromkeys(VERIFIER_COUNTS, 0.0)  # since the last take_counts
         self._first = True
 
@@ -251,8 +258,9 @@ class VerifierRunner:
         return [p for p in (self.pool, self._retry_pool) if p is not None]
 
     def new_step(self) -> None:
-        """A new step (or validation): the retry budget is whole again."""
+        """A new step (or validation): the retry budget is whole again, and batches are tried first."""
         self.budget_left = self.retry_budget_s
+        self.batch_ok = True
 
     def take_counts(self) -> dict[str, float]:
         """What the verifier spent since the last call (:data:`VERIFIER_COUNTS`), then zeroed."""
@@ -309,11 +317,14 @@ class VerifierRunner:
         values: dict[int, float] = {}
         retry: list[int] = []
         errors: dict[int, str] = {}
+        if not self.batch_ok:  # a batch failed this step: item by item from the start, no batch deadline
+            return self._score_singly(list(items), responses, answers, metadata, values, errors)
         t0 = time.monotonic()
         # the budget spent, this step's verifier is misbehaving: a first try gets a short deadline too
         first = self.pool.run(calls, budget_s=None if self.budget_left > 0 else self.spent_deadline_s)
         if not all(ok for ok, _ in first):  # time on calls that failed is the budget's, first tries too
             self.budget_left -= time.monotonic() - t0
+            self.batch_ok = False
         for part, (ok, got) in zip(parts, first, strict=True):
             if ok:
                 values.update(zip(part, got, strict=True))
@@ -329,16 +340,20 @@ class VerifierRunner:
                 retry += part
         if not retry:
             return values, errors
+        return self._score_singly(retry, responses, answers, metadata, values, errors)
+
+    def _score_singly(self, retry, responses, answers, metadata, values, errors) -> tuple[dict, dict]:
+        """Each item on its own call, in parallel, each under its deadline, a hanging one beside the queue
+        (the retry pool's spares), within what is left of the step's budget; once it is spent, within
+        ``spent_deadline_s``: a well-behaved item takes milliseconds, so it is scored either way."""
         self.counts["retried"] += len(retry)
-        if self.budget_left <= 0:  # unscored for want of time: timed out, as an item the budget cut short
-            self.counts["timed_out"] += len(retry)
-            return values, {i: "the step's retry budget was spent" for i in retry}
         if self._retry_pool is None:  # its start (once a run) is not retry time: the budget starts after it
-            self._retry_pool = Pool(self.retry_workers, self.timeout_s, self.timeout_s, job=self.job)
-            self._retry_pool.wait_ready(60.0)
+            self._retry_pool = Pool(self.retry_workers, self.timeout_s, self.timeout_s, job=self.job,
+                                    spares=RETRY_SPARES, stall_s=RETRY_STALL_S)  # fmt: skip
+        self._retry_pool.wait_ready(60.0)  # a worker replaced after a hang starts outside the budget
         singles = [([responses[i]], [answers[i]], [metadata[i]]) for i in retry]
         t0 = time.monotonic()
-        results = self._retry_pool.run(singles, budget_s=self.budget_left)
+        results = self._retry_pool.run(singles, budget_s=max(self.budget_left, self.spent_deadline_s))
         self.budget_left -= time.monotonic() - t0
         for i, (ok, got) in zip(retry, results, strict=True):
             if ok:

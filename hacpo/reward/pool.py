@@ -115,12 +115,19 @@ _LIVE_POOLS: weakref.WeakSet[Pool] = weakref.WeakSet()
 
 
 class Pool:
-    """N worker subprocesses; per-item hard deadline with kill-and-replace. Not thread-safe (Scorer locks)."""
+    """N worker subprocesses; per-item hard deadline with kill-and-replace. Not thread-safe (Scorer locks).
 
-    def __init__(self, workers: int, timeout_s: float, soft_s: float, job: tuple[str, object] | None = None):
+    With ``spares`` > 0, a worker whose item has run past ``stall_s`` no longer counts as serving the queue:
+    a spare worker starts beside it (up to ``spares`` at once), so items queued behind a hanging one are
+    scored meanwhile, and k hanging items cost about one deadline in parallel, not k in turn. Spares are
+    discarded once the call is over."""
+
+    def __init__(self, workers: int, timeout_s: float, soft_s: float, job: tuple[str, object] | None = None,
+                 spares: int = 0, stall_s: float = 1.0):  # fmt: skip
         """``job``: ``("module:factory", json-able argument)`` run by each worker (:func:`worker_entry`);
         default math-verify under the soft deadline ``soft_s``."""
         self.timeout_s, self.soft_s = timeout_s, soft_s
+        self.size, self.spares, self.stall_s = workers, spares, stall_s
         self.job = job or ("hacpo.reward.pool:math_verify_job", soft_s)
         self.kills = 0
         self.crashes = 0
@@ -168,8 +175,28 @@ class Pool:
             pass
 
     def _replace(self, w: _Worker) -> None:
+        """A fresh worker in ``w``'s place; a spare (the pool above its size) is only discarded."""
         self._discard(w)
-        self._workers[self._workers.index(w)] = self._spawn()
+        if len(self._workers) > self.size:
+            self._workers.remove(w)
+        else:
+            self._workers[self._workers.index(w)] = self._spawn()
+
+    def _add_spares(self, queue: deque[int], now: float) -> None:
+        """Start a spare for each stalled worker while items wait (at most ``spares`` beyond the size)."""
+        if not (self.spares and queue):
+            return
+        stalled = sum(1 for w in self._workers if w.inflight and now - w.item_t0 > self.stall_s)
+        serving = len(self._workers) - stalled
+        while serving < self.size and len(self._workers) < self.size + self.spares:
+            self._workers.append(self._spawn())
+            serving += 1
+
+    def _trim_spares(self) -> None:
+        """After a call: idle workers beyond the pool's size are discarded."""
+        for w in [w for w in self._workers if not w.inflight][: max(0, len(self._workers) - self.size)]:
+            self._discard(w)
+            self._workers.remove(w)
 
     def _fail_worker(self, w: _Worker, results: list, queue: deque[int], method: str, crashes: dict) -> int:
         """Worker died or overran: it is replaced and the rest of its chunk requeued. An overrun item
@@ -214,7 +241,10 @@ class Pool:
                 for w in idle:
                     if not queue:
                         break
-                    size = max(1, min(_MAX_CHUNK, len(queue) // (2 * len(self._workers))))
+                    # one item a send where hanging items are expected (spares): none waits behind another
+                    size = (
+                        1 if self.spares else max(1, min(_MAX_CHUNK, len(queue) // (2 * len(self._workers))))
+                    )
                     chunk = [queue.popleft() for _ in range(min(size, len(queue)))]
                     w.inflight.extend(chunk)
                     w.item_t0 = now
@@ -225,7 +255,11 @@ class Pool:
                         queue.extendleft(reversed(chunk))
                         self.crashes += 1
                         self._fail_worker(w, results, queue, "crashed", crashes)
+                self._add_spares(queue, now)
                 waits = [w.item_t0 + self.timeout_s - now for w in self._workers if w.inflight]
+                if self.spares and queue:  # wake when an item starts to stall: a spare may be due
+                    waits += [w.item_t0 + self.stall_s - now for w in self._workers
+                              if w.inflight and now - w.item_t0 <= self.stall_s]  # fmt: skip
                 if budget_s is not None:
                     waits.append(t_start + budget_s - now)
                 waits += [w.started + _WORKER_START_TIMEOUT_S - now for w in self._workers if not w.ready]
@@ -262,6 +296,7 @@ class Pool:
             # Interrupted mid-batch (e.g. KeyboardInterrupt): busy workers would answer into the next batch.
             self._replace_busy(best_effort=True)
             raise
+        self._trim_spares()
         return results
 
     def _replace_busy(self, best_effort: bool = False) -> list[int]:

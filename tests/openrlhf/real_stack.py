@@ -1,13 +1,32 @@
 """What every module of tests/openrlhf needs first: the real stack (openrlhf 0.11.2, vLLM, DeepSpeed, Ray) of
 .venv-rehearsal, and on a machine without CUDA OpenRLHF's CUDA calls mapped as a CPU run maps them
-(:mod:`hacpo.engines.openrlhf.cpu`). Nothing is faked: a module without the stack is skipped."""
+(:mod:`hacpo.engines.openrlhf.cpu`). Nothing is faked: a module without the stack is skipped, or fails where
+``HACPO_REQUIRE_REAL_STACK=1`` (CI: a broken rehearsal venv must not pass as skips)."""
 
 from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
 
 NEEDS = (
     "needs the real stack (openrlhf 0.11.2, vllm 0.29.0): bash scripts/setup_rehearsal.sh, then "
     ".venv-rehearsal/bin/python -m pytest tests/openrlhf"
 )
+
+
+def require(*modules: str) -> None:
+    """Import each of ``modules`` for the test module that calls this at its top: skip it without them, or
+    fail it where ``HACPO_REQUIRE_REAL_STACK=1``."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as err:
+            if os.environ.get("HACPO_REQUIRE_REAL_STACK") == "1":
+                why = f"HACPO_REQUIRE_REAL_STACK=1 but {name} does not import ({err}); {NEEDS}"
+                pytest.fail(why, pytrace=False)
+            pytest.skip(f"{name} does not import: {NEEDS}", allow_module_level=True)
 
 
 def toy_joint_config(agents: dict, data, out_dir, **over):

@@ -28,10 +28,9 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from real_stack import NEEDS, on_this_machine  # noqa: E402
+from real_stack import on_this_machine, require  # noqa: E402
 
-pytest.importorskip("openrlhf", reason=NEEDS)
-pytest.importorskip("vllm", reason=NEEDS)
+require("openrlhf", "vllm")
 on_this_machine()
 
 from hacpo.config import TrainConfig  # noqa: E402

@@ -24,10 +24,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from real_stack import NEEDS, on_this_machine  # noqa: E402
+from real_stack import on_this_machine, require  # noqa: E402
 
-pytest.importorskip("openrlhf", reason=NEEDS)
-pytest.importorskip("vllm", reason=NEEDS)
+require("openrlhf", "vllm")
 on_this_machine()
 
 from openrlhf.models import Actor, PolicyLoss  # noqa: E402

@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from real_stack import NEEDS  # noqa: E402
+from real_stack import require  # noqa: E402
 
-pytest.importorskip("openrlhf", reason=NEEDS)
-pytest.importorskip("vllm", reason=NEEDS)
+require("openrlhf", "vllm")
 
 from hacpo.data.synthetic import make_splits  # noqa: E402
 from hacpo.eval.run import Sampling  # noqa: E402

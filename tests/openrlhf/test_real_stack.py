@@ -27,10 +27,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from real_stack import NEEDS, broadcast_rank, on_this_machine, toy_joint_config  # noqa: E402
+from real_stack import broadcast_rank, on_this_machine, require, toy_joint_config  # noqa: E402
 
-pytest.importorskip("openrlhf", reason=NEEDS)
-pytest.importorskip("vllm", reason=NEEDS)
+require("openrlhf", "vllm")
 on_this_machine()
 
 from hacpo.config import TrainConfig  # noqa: E402

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from real_stack import NEEDS, on_this_machine  # noqa: E402
+from real_stack import on_this_machine, require  # noqa: E402
 
-pytest.importorskip("openrlhf", reason=NEEDS)
+require("openrlhf")
 on_this_machine()
 
 from hacpo.engines.openrlhf.joint.logprobs import action_log_probs, sliced_head  # noqa: E402

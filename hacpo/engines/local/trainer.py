@@ -49,7 +49,7 @@ from hacpo.agents.vocab import head_grads_into_param, sparse_tied_embedding_grad
 from hacpo.algo import (
     CapabilityTracker,
     MiniBatch,
-    policy_loss_live_rows,
+    metric_floats,
     seq_mean_logp,
 )
 from hacpo.config import TrainConfig
@@ -57,8 +57,10 @@ from hacpo.cpu import keep_freed_memory, resolve_precision, return_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
+from hacpo.engines.core.live_rows import policy_loss_live_rows
 from hacpo.engines.core.metrics import merge_parts
 from hacpo.engines.core.order import minibatch_order
+from hacpo.engines.core.schedule import batch_for_step, read_problems  # noqa: F401 (old import path)
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
@@ -68,7 +70,6 @@ from hacpo.runio import (
     intact_resume_step,
     keep_final_weights,
     machine,
-    read_jsonl,
     run_lock,
     sweep_temporaries,
     versions,
@@ -79,26 +80,6 @@ NO_CUDA = "device: cuda, but torch sees no CUDA device here: use device: auto (o
 
 
 # ---------------------------------------------------------------------------------------------- data
-def read_problems(path: str | Path) -> list[dict]:
-    rows = read_jsonl(path)
-    for i, r in enumerate(rows):
-        if not {"id", "problem", "answer"} <= r.keys():
-            raise ValueError(f"{path}: record {i} lacks one of id/problem/answer: {sorted(r)}")
-    if not rows:
-        raise ValueError(f"{path} holds no problems")
-    return rows
-
-
-def batch_for_step(n_problems: int, batch: int, step: int, seed: int) -> list[int]:
-    """Indices of step ``step``'s prompts: a seeded shuffle per epoch, dropping the last incomplete batch."""
-    per_epoch = n_problems // batch
-    if per_epoch == 0:
-        raise ValueError(f"prompts_per_step={batch} exceeds the {n_problems} training problems")
-    epoch, pos = divmod(step, per_epoch)
-    perm = torch.randperm(n_problems, generator=torch.Generator().manual_seed(seed * 7919 + epoch))
-    return perm[pos * batch : (pos + 1) * batch].tolist()
-
-
 # ---------------------------------------------------------------------------------------------- agents
 @dataclass
 class Agent:
@@ -429,15 +410,21 @@ class LocalTrainer:
         with self.phase("logprobs"), self.autocast(), eval_mode(agent.model):
             rows = index.to(self.device)
             logp = out.logp
-            rollout = (p_ids, rows, out.tokens, p_mask, out.mask)
+            rollout = (p_ids, rows, out.tokens)
+            masks = {"prompt_mask": p_mask, "response_mask": out.mask}
             budget = cfg.micro_batch_tokens  # the logits of a no-grad pass stay within the update's budget
             with torch.no_grad():
                 if not self.sampler_logp:
-                    logp = token_logprobs_shared_prompt(agent.model, *rollout, max_tokens=budget) * out.mask
+                    logp = (
+                        token_logprobs_shared_prompt(agent.model, *rollout, **masks, max_tokens=budget)
+                        * out.mask
+                    )
                 ref_logp = None
                 if self.spec.kl_beta > 0:
                     with agent.reference() as ref:
-                        ref_logp = token_logprobs_shared_prompt(ref, *rollout, max_tokens=budget) * out.mask
+                        ref_logp = (
+                            token_logprobs_shared_prompt(ref, *rollout, **masks, max_tokens=budget) * out.mask
+                        )
             # The shared text drops the terminal EOS (cross_eos: strip): the generator's mean excludes it too.
             shared_mask = source_logp_mask(out.tokens, agent.stop_ids, cfg.cross_eos)
         return Rollouts(
@@ -532,7 +519,14 @@ class LocalTrainer:
                     with head_grads_into_param():  # a later part adds its head gradient in place
                         loss.backward()
                     part_metrics.append((len(part), metrics))
-                metrics = merge_parts(part_metrics)
+                metrics = merge_parts(
+                    [
+                        (n, x)
+                        for (n, _), x in zip(
+                            part_metrics, metric_floats([x for _, x in part_metrics]), strict=True
+                        )
+                    ]
+                )
                 trained = adapters.trainable_parameters(learner.model)
                 metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, cfg.grad_clip))
                 learner.opt.step()
@@ -583,15 +577,16 @@ class LocalTrainer:
             p_ids[prompts].to(dev),
             rows.to(dev),
             resp.to(dev),
-            resp_mask.to(dev),
-            p_mask[prompts].to(dev),
+            prompt_mask=p_mask[prompts].to(dev),
+            response_mask=resp_mask.to(dev),
         )
 
     def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
-        """Loss of one mini-batch (:func:`~hacpo.algo.policy_loss_live_rows`: with ``skip_dead_rows``, no
-        backward for HACPO cross rows whose clamp is flat; exact). Every pass over these rows reuses one
-        encoding of their prompts and shared response prefixes; with ``gradient_checkpointing`` each pass is
-        a plain forward over prompt + response instead (activation recomputation needs no KV cache)."""
+        """Loss of one mini-batch (:func:`~hacpo.engines.core.live_rows.policy_loss_live_rows`: with
+        ``skip_dead_rows``, no backward for HACPO cross rows whose clamp is flat; exact). Every pass over
+        these rows reuses one encoding of their prompts and shared response prefixes; with
+        ``gradient_checkpointing`` each pass is a plain forward over prompt + response instead (activation
+        recomputation needs no KV cache)."""
         if self.cfg.gradient_checkpointing:
             logprobs = self._plain_logprobs(learner, prompt_index, resp, p_ids, p_mask)
         else:
@@ -615,7 +610,7 @@ class LocalTrainer:
             ids = torch.cat([p_ids[pid], resp[sel]], dim=1).to(dev)
             attn = torch.cat([p_mask[pid], torch.ones_like(resp[sel], dtype=torch.bool)], dim=1).to(dev)
             with torch.no_grad() if detach else contextlib.nullcontext():
-                return token_logprobs(learner.model, ids, p_ids.shape[1], attn)
+                return token_logprobs(learner.model, ids, p_ids.shape[1], attention_mask=attn)
 
         return logprobs
 
@@ -756,8 +751,8 @@ class LocalTrainer:
                     p_ids.to(dev),
                     rows.prompt_index[cross].to(dev),
                     rows.response[cross].to(dev),
-                    p_mask.to(dev),
-                    rows.mask[cross].to(dev),
+                    prompt_mask=p_mask.to(dev),
+                    response_mask=rows.mask[cross].to(dev),
                     max_tokens=self.cfg.micro_batch_tokens,
                 )
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])

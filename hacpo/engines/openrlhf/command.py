@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hacpo.config import TrainConfig
+from hacpo.engine_options import OpenRLHFOptions
 from hacpo.engines.core.trackers import wandb_run_id
 
 from .lora import check_lora
-from .options import OpenRLHFOptions
 
 
 @dataclass(frozen=True)
@@ -130,8 +130,8 @@ def check_single_agent(cfg: TrainConfig) -> None:
 
 def prompt_order(n_problems: int, cfg: TrainConfig) -> list[int]:
     """Problem indices of the run's prompt file: step s's prompts are the local engine's (same seeded epoch
-    shuffles, :func:`hacpo.engines.local.trainer.batch_for_step`), in step order."""
-    from hacpo.engines.local.trainer import batch_for_step
+    shuffles, :func:`hacpo.engines.core.schedule.batch_for_step`), in step order."""
+    from hacpo.engines.core.schedule import batch_for_step
 
     return [
         i

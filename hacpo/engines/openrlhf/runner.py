@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 from hacpo.config import TrainConfig
+from hacpo.engine_options import OpenRLHFOptions
 from hacpo.reward.custom import VerifierError, encode_label, load_verifier
 from hacpo.runio import (
     MetricsLog,
@@ -49,7 +50,6 @@ from .command import (
     wandb_env,
 )
 from .gpumem import MemorySampler
-from .options import OpenRLHFOptions
 
 OPENRLHF_VERSION = "0.11.2"
 SYNC_EVERY_S = 60.0
@@ -132,7 +132,7 @@ def _write_prompts(cfg: TrainConfig, model: str, prompts: Path, validation: Path
 
     from hacpo.agents.prompting import prompt_text
     from hacpo.data.synthetic import as_problem
-    from hacpo.engines.local.trainer import read_problems
+    from hacpo.engines.core.schedule import read_problems
 
     tok = AutoTokenizer.from_pretrained(model)
     problems = read_problems(cfg.train_file)

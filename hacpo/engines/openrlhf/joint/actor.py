@@ -18,7 +18,7 @@ import torch
 from openrlhf.trainer.ppo_utils.experience import make_experience_batch
 from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer, PolicyModelActor
 
-from hacpo.algo import LossSpec
+from hacpo.algo import LossSpec, metric_floats
 from hacpo.engines.core.metrics import merge_parts
 from hacpo.engines.core.order import ORDERS, minibatch_order
 
@@ -103,7 +103,7 @@ class HacpoActorTrainer(ActorPPOTrainer):
         (its share of ``loss``, ``pg_loss``, ``kl``; its ``rows``, ``own_rows``; means over its rows), with
         the values every rank shares (``update`` = m, ``grad_norm``, ``actor_lr``)."""
         device = torch.cuda.current_device() if torch.cuda.is_available() else "cpu"
-        updates = []
+        pending = []
         for micro, m in self.steps():
             norm = step_norm(micro, m, *self._dp())
             parts, last = [], {}
@@ -112,8 +112,10 @@ class HacpoActorTrainer(ActorPPOTrainer):
                 status = self.training_step(exp, kl_ctl, i, {"norm": norm})
                 parts.append((status["num_samples"], status["metrics"]))
                 last.update(status["last"])
-            updates.append({**merge_parts(parts), **last})
-        return updates
+            pending.append((parts, last))
+        # the step's loss metrics are tensors on the GPU: to the host in one transfer, not one per number
+        floats = iter(metric_floats([metrics for parts, _ in pending for _, metrics in parts]))
+        return [{**merge_parts([(n, next(floats)) for n, _ in parts]), **last} for parts, last in pending]
 
     def _dp(self):
         """(dp_size, all_reduce) over this actor group's data-parallel ranks; (1, None) in one process."""

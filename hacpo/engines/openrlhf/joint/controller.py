@@ -218,7 +218,7 @@ class JointLoop:
     written last, so a kill resumes from the newest step every agent saved."""
 
     def __init__(self, cfg: TrainConfig, stacks: list[AgentStack], state_file: Path, on_row=None):
-        from hacpo.engines.local.trainer import read_problems
+        from hacpo.engines.core.schedule import read_problems
 
         self.cfg, self.stacks, self.state_file, self.on_row = cfg, stacks, Path(state_file), on_row
         self.problems = [as_problem(p) for p in read_problems(cfg.train_file)]
@@ -245,7 +245,7 @@ class JointLoop:
         return start
 
     def run(self) -> int:
-        from hacpo.engines.local.trainer import batch_for_step
+        from hacpo.engines.core.schedule import batch_for_step
 
         cfg = self.cfg
 

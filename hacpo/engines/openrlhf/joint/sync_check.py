@@ -79,7 +79,7 @@ def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: 
 
 def check_stacks(stacks, cfg: TrainConfig, out: str | Path) -> dict:
     """Every agent's check (:func:`check_agent`) on the run's first prompts, written to ``out``."""
-    from hacpo.engines.local.trainer import read_problems
+    from hacpo.engines.core.schedule import read_problems
     from hacpo.runio import atomic_write_json
 
     problems = read_problems(cfg.train_file)[: cfg.prompts_per_step]
