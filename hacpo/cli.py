@@ -270,6 +270,9 @@ def cmd_demo(args) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hacpo", description=__doc__.splitlines()[0])
+    from hacpo import __version__
+
+    p.add_argument("--version", action="version", version=f"hacpo {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     sub.add_parser("methods", help="list the method registry").set_defaults(func=cmd_methods)

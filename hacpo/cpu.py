@@ -1,4 +1,6 @@
-"""Process-level tuning for the CPU engine."""
+"""The machine a process runs on: glibc's allocator tuned for training loops, the CPU's feature flags, and
+``precision: auto`` made concrete for CPU or CUDA (:func:`resolve_precision`). Both engines use it; there is
+no separate CPU engine (the local engine runs on CPU or one GPU)."""
 
 from __future__ import annotations
 

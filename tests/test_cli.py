@@ -201,3 +201,16 @@ def test_vllm_evaluation_without_vllm_says_how_to_install(tmp_path, capsys):
     argv = ["eval", "--checkpoint", str(tmp_path / "ckpt"), "--benchmark", str(bench), "--out", str(tmp_path)]
     assert main([*argv, "--engine", "vllm"]) == 2
     assert "EXTRAS=dev,gpu" in capsys.readouterr().err
+
+
+def test_version_is_the_packages_and_the_changelogs(capsys):
+    from pathlib import Path
+
+    import hacpo
+
+    root = Path(__file__).resolve().parents[1]
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"hacpo {hacpo.__version__}"
+    assert f'version = "{hacpo.__version__}"' in (root / "pyproject.toml").read_text()
+    assert f"## [{hacpo.__version__}]" in (root / "CHANGELOG.md").read_text()

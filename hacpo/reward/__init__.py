@@ -1,4 +1,5 @@
-"""Verifiable 0/1 reward: the last ``\\boxed{...}`` of a response vs the gold answer, judged by math-verify.
+"""Verifiable rewards: the last ``\\boxed{...}`` of a response vs the gold answer, judged by math-verify or
+the paper's exact match (:mod:`.hendrycks`), or by a verifier of your own (:mod:`.custom`).
 
 Used both as the RL training reward and for benchmark scoring, so it must be correct, fast and *bounded*:
 no input (megabyte strings, exponent towers, 5000-deep nesting, null bytes ...) may take more than about
