@@ -4,7 +4,7 @@ spec (:class:`hacpo.specs.ClaimTest` rows, built by :meth:`hacpo.pipeline.views.
 Per row it reads each side's value for every seed from the run files the spec names, pairs them by seed,
 and applies :mod:`hacpo.report.stats` (docs/statistics.md). :func:`scorecard` returns the rows, the
 long per-seed records (every verdict can be recomputed from them alone), the headline and the notes;
-:func:`forest_plot` draws them. The table builder (:func:`hacpo.report.tables.claims_table`) renders them.
+:func:`forest_plot` draws them, and :func:`claims_table` builds the table every output is written from.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hacpo.report import stats
 from hacpo.report.files import read_json, read_rows
+from hacpo.report.render import Row, Table, csv_text
 from hacpo.runio import RunRecord, machine_type
 
 UNRECORDED = "machine not recorded"  # the stratum of runs written before run.json named its machine
@@ -256,6 +257,82 @@ def headline(rows: list[dict]) -> str:
 # ---------------------------------------------------------------------------------------------- output
 
 
+def claims_table(spec: dict) -> Table:
+    """The scorecard (issue 30): one row per claim × pair × agent with its paired difference over seeds,
+    95 % t interval, verdict, Holm's verdict, rliable's probability of improvement and the paper's effect
+    (:mod:`hacpo.report.claims`, docs/statistics.md). Its CSV has the claims columns
+    (:data:`~hacpo.report.CLAIM_COLUMNS`); ``<prefix>_seeds.csv`` holds every seed's values,
+    ``<prefix>.rst`` the report's front page, and the forest plot goes beside the figures."""
+    card = scorecard(spec)
+    labels = [
+        "pair",
+        "agent",
+        "comparison",
+        "metric",
+        "seeds",
+        "difference [95 % CI]",
+        "margin",
+        "verdict",
+        "Holm",
+        "P(a beats b) [95 % CI]",
+        "paper",
+        "to decide",
+    ]
+    groups: dict[str, list[Row]] = {}
+    for r in card.rows:
+        poi = (
+            ""
+            if r["prob_improvement"] is None
+            else f"{r['prob_improvement']:.2f} [{fmt_(r['poi_low'])}, {fmt_(r['poi_high'])}]"
+        )
+        agent = str(r["agent_label"] or r["agent"])
+        cells = [
+            str(r["pair"]),
+            agent,
+            comparison(r),
+            r["metric"],
+            r["seeds"],
+            interval(r),
+            margin(r),
+            verdict(r),
+            r["verdict_holm"],
+            poi,
+            fmt(r["paper_diff"]),
+            to_decide(r),
+        ]
+        groups.setdefault(f"{r['claim']} — {r['source']}", []).append((cells, []))
+    notes = [
+        *card.notes,
+        "Per seed: d = a − b (ratio claims: a / b − 1) on the same pair, agent and seed; "
+        "difference = mean of d over the seeds with its 95 % Student-t interval (seeds of several machines: "
+        "the blocked t; seeds added in looks: the repeated interval of the sequential design); holds / "
+        "reversed: the interval lies wholly on the paper's / the other side of 0; equivalent: wholly "
+        "inside ±margin; undecided: it reaches 0 and a margin; one seed: no interval. Holm: the verdict "
+        "with Holm's correction over all tested rows (family-wise 5 %). "
+        "P(a beats b): rliable's probability of improvement with a 95 % bootstrap interval. paper: the "
+        "paper's own effect from its printed tables. docs/statistics.md.",
+    ]
+    title = spec.get("title") or spec.get("table", "claims")
+    return Table(
+        spec,
+        labels,
+        [],
+        list(groups.items()),
+        notes,
+        headline=card.headline,
+        csv_text=csv_text(card.rows, CLAIM_COLUMNS),
+        extras={
+            "_seeds.csv": csv_text(card.seeds, SEED_COLUMNS),
+            ".rst": to_rst(card, title),
+        },
+        figure=lambda: forest_plot(card, title),
+    )
+
+
+def fmt_(x) -> str:
+    return fmt(x, ".2f")
+
+
 def fmt(x, spec: str = "+.3f") -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
@@ -407,20 +484,4 @@ def forest_plot(card: Scorecard, title: str) -> bytes:
     fig.suptitle(title + "\n" + textwrap.fill(card.headline, 120), fontsize="small")
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
-    return buf.getvalue()
-
-
-def csv_text(rows: list[dict], columns: list[str]) -> str:
-    import csv
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, columns, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow(
-            {
-                k: ("" if r.get(k) is None else format(r[k], ".10g") if isinstance(r[k], float) else r[k])
-                for k in columns
-            }
-        )
     return buf.getvalue()

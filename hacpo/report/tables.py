@@ -11,11 +11,8 @@ problem (missing file, missing key, unknown kind or metric) raises ``ValueError`
 
 from __future__ import annotations
 
-import csv
-import io
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from statistics import mean, stdev
 
@@ -23,71 +20,18 @@ from hacpo.report import claims
 from hacpo.report.files import read_json, read_rows
 from hacpo.report.files import required as _req
 from hacpo.report.paper import paper_value
+from hacpo.report.render import (  # noqa: F401 (the table model and its renderings, read from here too)
+    CSV_COLUMNS,
+    Cell,
+    Row,
+    Table,
+    tex_escape,
+    to_csv,
+    to_latex,
+    to_markdown,
+)
 from hacpo.runio import Metric, atomic_write_bytes, atomic_write_text
 from hacpo.specs import TableSpec, checked
-
-CSV_COLUMNS = ["table", "block", "model", "method", "column", "ours", "ours_std", "n_seeds", "paper", "delta"]
-
-
-@dataclass
-class Cell:
-    """One number of a table: ours (mean over seeds, sample std) beside the paper's printed value."""
-
-    block: str
-    model: str
-    method: str
-    column: str
-    ours: float | None
-    ours_std: float | None = None
-    n_seeds: int | None = None
-    paper: float | None = None
-    comparable: bool = True  # ours and paper share units, so ours − paper is meaningful
-    fmt: str = ".3f"
-    pfmt: str | None = None  # paper format (default: fmt)
-    unit: str = ""  # display suffixes for ours / paper
-    punit: str = ""
-    prefix: str = ""  # e.g. "overall "
-    extra: str = ""  # e.g. bracketed HACPO − GSPO×2 difference
-
-    def delta(self, paper_delta: bool) -> float | None:
-        if paper_delta and self.comparable and self.ours is not None and self.paper is not None:
-            return self.ours - self.paper
-        return None
-
-    def text(self, paper_delta: bool) -> str:
-        s = "—" if self.ours is None else f"{self.prefix}{self.ours:{self.fmt}}"
-        if self.ours is not None:
-            s += (f" ± {self.ours_std:{self.fmt}}" if self.ours_std is not None else "") + self.unit
-        s += self.extra
-        d = self.delta(paper_delta)
-        if d is not None:
-            s += f" (Δ {d:+{self.fmt}})"
-        elif self.paper is not None:
-            s += f" (paper {self.paper:{self.pfmt or self.fmt}}{self.punit})"
-        return s
-
-
-Row = tuple[list[str], list[Cell | None]]  # label cells, value cells (None: blank)
-
-
-@dataclass
-class Table:
-    spec: dict
-    labels: list[str]  # headers of the label columns
-    headers: list[str]  # headers of the value columns
-    groups: list[tuple[str, list[Row]]]  # (block label, rows), in spec order
-    notes: list[str] = field(default_factory=list)
-    csv_only: list[Cell] = field(default_factory=list)  # cells in the CSV but not displayed
-    headline: str = ""  # a line right under the title (the scorecard's count of verdicts)
-    csv_text: str | None = None  # a kind with its own CSV columns (claims) instead of one row per cell
-    extras: dict[str, str] = field(default_factory=dict)  # more files: suffix of the prefix → text
-    figure: Callable[[], bytes] | None = None  # the table's own figure (PNG), written beside the figures
-
-    @property
-    def cells(self) -> list[Cell]:
-        shown = [c for _, rows in self.groups for _, cells in rows for c in cells if c is not None]
-        return shown + self.csv_only
-
 
 # ---------------------------------------------------------------------------------------------- helpers
 
@@ -571,82 +515,6 @@ def memory_table(spec: dict) -> Table:
     )
 
 
-def claims_table(spec: dict) -> Table:
-    """The scorecard (issue 30): one row per claim × pair × agent with its paired difference over seeds,
-    95 % t interval, verdict, Holm's verdict, rliable's probability of improvement and the paper's effect
-    (:mod:`hacpo.report.claims`, docs/statistics.md). Its CSV has the claims columns
-    (:data:`~hacpo.report.claims.CLAIM_COLUMNS`); ``<prefix>_seeds.csv`` holds every seed's values,
-    ``<prefix>.rst`` the report's front page, and the forest plot goes beside the figures."""
-    card = claims.scorecard(spec)
-    labels = [
-        "pair",
-        "agent",
-        "comparison",
-        "metric",
-        "seeds",
-        "difference [95 % CI]",
-        "margin",
-        "verdict",
-        "Holm",
-        "P(a beats b) [95 % CI]",
-        "paper",
-        "to decide",
-    ]
-    groups: dict[str, list[Row]] = {}
-    for r in card.rows:
-        poi = (
-            ""
-            if r["prob_improvement"] is None
-            else f"{r['prob_improvement']:.2f} [{fmt_(r['poi_low'])}, {fmt_(r['poi_high'])}]"
-        )
-        agent = str(r["agent_label"] or r["agent"])
-        cells = [
-            str(r["pair"]),
-            agent,
-            claims.comparison(r),
-            r["metric"],
-            r["seeds"],
-            claims.interval(r),
-            claims.margin(r),
-            claims.verdict(r),
-            r["verdict_holm"],
-            poi,
-            claims.fmt(r["paper_diff"]),
-            claims.to_decide(r),
-        ]
-        groups.setdefault(f"{r['claim']} — {r['source']}", []).append((cells, []))
-    notes = [
-        *card.notes,
-        "Per seed: d = a − b (ratio claims: a / b − 1) on the same pair, agent and seed; "
-        "difference = mean of d over the seeds with its 95 % Student-t interval (seeds of several machines: "
-        "the blocked t; seeds added in looks: the repeated interval of the sequential design); holds / "
-        "reversed: the interval lies wholly on the paper's / the other side of 0; equivalent: wholly "
-        "inside ±margin; undecided: it reaches 0 and a margin; one seed: no interval. Holm: the verdict "
-        "with Holm's correction over all tested rows (family-wise 5 %). "
-        "P(a beats b): rliable's probability of improvement with a 95 % bootstrap interval. paper: the "
-        "paper's own effect from its printed tables. docs/statistics.md.",
-    ]
-    title = spec.get("title") or spec.get("table", "claims")
-    return Table(
-        spec,
-        labels,
-        [],
-        list(groups.items()),
-        notes,
-        headline=card.headline,
-        csv_text=claims.csv_text(card.rows, claims.CLAIM_COLUMNS),
-        extras={
-            "_seeds.csv": claims.csv_text(card.seeds, claims.SEED_COLUMNS),
-            ".rst": claims.to_rst(card, title),
-        },
-        figure=lambda: claims.forest_plot(card, title),
-    )
-
-
-def fmt_(x) -> str:
-    return claims.fmt(x, ".2f")
-
-
 KINDS = {
     "accuracy": accuracy_table,
     "hyperparams": hyperparams_table,
@@ -655,7 +523,7 @@ KINDS = {
     "alpha": alpha_table,
     "runtime": runtime_table,
     "memory": memory_table,
-    "claims": claims_table,
+    "claims": claims.claims_table,
 }
 
 
@@ -665,126 +533,6 @@ def build_table(spec: dict) -> Table:
     if kind not in KINDS:
         raise ValueError(f"spec: unknown table kind {kind!r} (known: {sorted(KINDS)})")
     return KINDS[kind](checked(TableSpec, spec))
-
-
-# ---------------------------------------------------------------------------------------------- output
-
-
-def _num(x) -> str:
-    return "" if x is None else format(x, ".10g")
-
-
-def to_csv(table: Table) -> str:
-    """Long/tidy CSV: one row per cell, ``delta`` empty unless ``paper_delta`` and both values exist."""
-    if table.csv_text is not None:
-        return table.csv_text
-    buf, name, pd_ = io.StringIO(), table.spec.get("table", ""), bool(table.spec.get("paper_delta"))
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for c in table.cells:
-        w.writerow(
-            [
-                name,
-                c.block,
-                c.model,
-                c.method,
-                c.column,
-                _num(c.ours),
-                _num(c.ours_std),
-                "" if c.n_seeds is None else c.n_seeds,
-                _num(c.paper),
-                _num(c.delta(pd_)),
-            ]
-        )
-    return buf.getvalue()
-
-
-def _caption(table: Table) -> list[str]:
-    spec = table.spec
-    out = [spec["note"]] if spec.get("note") else []
-    out += table.notes
-    if spec.get("paper_table") and any(c.paper is not None for c in table.cells):  # a task of your own: none
-        out.append(
-            f"Paper: {spec['paper_table']}. "
-            + (
-                "(Δ x) = ours − paper."
-                if spec.get("paper_delta")
-                else "(paper x) = the paper's value, for reference only (different scale; no delta)."
-            )
-        )
-    if table.csv_text is None:  # a kind with its own columns says what its numbers are itself
-        out.append("Ours: mean over seeds ± sample std where several seeds exist.")
-    return out
-
-
-def to_markdown(table: Table) -> str:
-    pd_, spec = bool(table.spec.get("paper_delta")), table.spec
-    lines = [f"# {spec.get('title') or spec.get('table', 'table')}", ""]
-    if table.headline:
-        lines += [f"**{table.headline}**", ""]
-    head = table.labels + table.headers
-    for block, rows in table.groups:
-        if block:
-            lines += [f"**{block}**", ""]
-        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for labels, cells in rows:
-            lines.append("| " + " | ".join(labels + [c.text(pd_) if c else "—" for c in cells]) + " |")
-        lines.append("")
-    return "\n".join(lines + [" ".join(_caption(table)), ""])
-
-
-_TEX = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "×": r"$\times$",
-    "−": "$-$",
-    "±": r"$\pm$",
-    "Δ": r"$\Delta$",
-    "α": r"$\alpha$",
-    "δ": r"$\delta$",
-    "ω": r"$\omega$",
-    "—": "---",
-    "≥": r"$\geq$",
-    "≤": r"$\leq$",
-}
-
-
-def tex_escape(s: str) -> str:
-    """Escape LaTeX specials and map the Unicode symbols used in labels (×, −, ±, Greek) to math mode."""
-    return "".join(_TEX.get(ch, ch) for ch in str(s))
-
-
-def to_latex(table: Table) -> str:
-    """A booktabs ``tabular`` (title and caption as leading comments); block labels as italic rows."""
-    pd_, spec = bool(table.spec.get("paper_delta")), table.spec
-    head = table.labels + table.headers
-    n = len(head)
-    lines = [f"% {spec.get('title') or spec.get('table', '')}".replace("\n", " ")]
-    lines += [f"% {c}" for c in ([table.headline] if table.headline else []) + _caption(table)]
-    lines += [
-        r"\begin{tabular}{" + "l" * len(table.labels) + "r" * len(table.headers) + "}",
-        r"\toprule",
-        " & ".join(tex_escape(h) for h in head) + r" \\",
-        r"\midrule",
-    ]
-    for gi, (block, rows) in enumerate(table.groups):
-        if gi:
-            lines.append(r"\midrule")
-        if block:
-            lines.append(rf"\multicolumn{{{n}}}{{l}}{{\textit{{{tex_escape(block)}}}}} \\")
-        for labels, cells in rows:
-            vals = labels + [c.text(pd_) if c else "—" for c in cells]
-            lines.append(" & ".join(tex_escape(v) for v in vals) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", ""]
-    return "\n".join(lines)
 
 
 def write_table(spec: dict, out_prefix: str | Path, figure_prefix: str | Path | None = None) -> list[Path]:

@@ -10,46 +10,36 @@ It follows the per-step procedure of ``spec/hacpo-algorithm.md`` §5 exactly and
 3. sequential updates, one learner after the other: own rows + the other agents' rows re-tokenised for
    the learner; per-prompt advantages; mixed (or self-first) mini-batches; update m drives stepwise clipping.
 
-Outputs follow the run-directory contract of :mod:`hacpo.runio`; a killed run resumes from its last
-checkpoint and ends with the same metrics as an uninterrupted one (bitwise on the same machine and threads).
+The trainer's concepts live beside it: :mod:`.agent` (loading an agent), :mod:`.rows` (rollouts and rows),
+:mod:`.checkpoint` (the run directory), :mod:`.update` (mini-batches and the loss), as the OpenRLHF engine's
+live in its ``joint/`` package. Outputs follow the run-directory contract of :mod:`hacpo.runio`; a killed
+run resumes from its last checkpoint and ends with the same metrics as an uninterrupted one (bitwise on the
+same machine and threads).
 """
 
 from __future__ import annotations
 
 import contextlib
 import resource
-import shutil
-import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from hacpo.agents import adapters
 from hacpo.agents.lm import (
-    SharedPrefixes,
     generate,
-    left_pad,
     policy_temperature,
-    token_budget_chunks,
-    token_logprobs,
     token_logprobs_shared_prompt,
 )
-from hacpo.agents.prompting import greedy_accuracy, prompt_ids
+from hacpo.agents.prompting import greedy_accuracy
 from hacpo.agents.retokenize import (
-    pad_token_id,
     response_text,
     retokenize,
     same_tokenizer,
     source_logp_mask,
-    stop_token_ids,
 )
-from hacpo.agents.vocab import head_grads_into_param, sparse_tied_embedding_grads
 from hacpo.algo import (
     CapabilityTracker,
-    MiniBatch,
-    metric_floats,
     seq_mean_logp,
 )
 from hacpo.config import TrainConfig
@@ -57,150 +47,25 @@ from hacpo.cpu import keep_freed_memory, resolve_precision, return_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
-from hacpo.engines.core.live_rows import policy_loss_live_rows
-from hacpo.engines.core.metrics import merge_parts
-from hacpo.engines.core.order import minibatch_order
 from hacpo.engines.core.schedule import batch_for_step, read_problems  # noqa: F401 (old import path)
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
 from hacpo.runio import (
     Profile,
     RunRecord,
-    atomic_dir,
-    intact_resume_step,
     keep_final_weights,
-    machine,
     run_lock,
-    sweep_temporaries,
-    versions,
-    write_checkpoint_manifest,
 )
+
+from .agent import Agent, eval_mode, load_learner  # noqa: F401 (the engine's names, read from here too)
+from .checkpoint import CheckpointMixin
+from .rows import Rollouts, Rows, _pad_rows  # noqa: F401 (Rollouts: read from here too)
+from .update import UpdateMixin
 
 NO_CUDA = "device: cuda, but torch sees no CUDA device here: use device: auto (or cpu)"
 
 
-# ---------------------------------------------------------------------------------------------- data
-# ---------------------------------------------------------------------------------------------- agents
-@dataclass
-class Agent:
-    name: str
-    path: str
-    model: torch.nn.Module
-    ref: torch.nn.Module | None
-    tok: object
-    opt: torch.optim.Optimizer
-    gen: torch.Generator
-    stop_ids: frozenset[int]  # every id that ends this model's generations (EOS list, end of turn)
-    pad_id: int
-    peft: torch.nn.Module | None = None  # peft's wrapper of ``model`` when a LoRA adapter trains
-    prompt_cache: dict = field(default_factory=dict)
-
-    @contextlib.contextmanager
-    def reference(self):
-        """The KL reference: the base with the adapter off (LoRA), else the frozen copy (full)."""
-        if self.peft is not None:
-            with adapters.reference(self.peft) as model:
-                yield model
-        else:
-            yield self.ref
-
-    def prompt_ids(self, problems: list[dict], style: str, device) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded prompt ids ``[B, Tp]`` and mask, rendered with this agent's chat template."""
-        seqs = []
-        for p in problems:
-            ids = self.prompt_cache.get(p["id"])
-            if ids is None:
-                ids = self.prompt_cache[p["id"]] = prompt_ids(self.tok, as_problem(p), style)
-            seqs.append(ids)
-        ids, mask = left_pad(seqs, self.pad_id)
-        return ids.to(device), mask.to(device)
-
-
-def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool) -> Agent:
-    """An agent to train: its model, reference model (KL), tokenizer, optimizer and sampling generator."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-
-    tok = AutoTokenizer.from_pretrained(ref.path)
-    model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device)
-    lora, peft_model = cfg.agent_adapter(index), None
-    if lora is not None:  # the base frozen and held once; the KL reference is the adapter switched off
-        peft_model = adapters.attach(model, lora, ref.path, what=f"agent {ref.name!r}: adapter.lora")
-        model, with_ref = adapters.inner(peft_model), False
-    model.train()
-    if peft_model is None:
-        sparse_tied_embedding_grads(model)  # no second dense [V, H] gradient for a tied embedding
-    if cfg.gradient_checkpointing:  # only the update's plain forward runs in train mode (see eval_mode)
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.2x; the old name warns
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    ref_model = None
-    if with_ref:
-        ref_model = AutoModelForCausalLM.from_pretrained(ref.path, dtype=torch.float32).to(device).eval()
-        ref_model.requires_grad_(False)
-    # fused: one kernel for all parameters instead of a loop over them (2.5× faster step on a CPU)
-    opt = torch.optim.AdamW(
-        adapters.trainable_parameters(model),
-        lr=cfg.lr,
-        betas=cfg.betas,
-        weight_decay=cfg.weight_decay,
-        fused=True,
-    )
-    gen = torch.Generator(device=device).manual_seed(cfg.seed * 1000 + index)
-    stops = stop_token_ids(tok, model)
-    if not stops:
-        raise ValueError(f"agent {ref.name!r}: {ref.path} has no stop id (no eos_token or generation_config)")
-    pad = pad_token_id(tok, stops)
-    return Agent(ref.name, ref.path, model, ref_model, tok, opt, gen, stops, pad, peft_model)
-
-
-# ---------------------------------------------------------------------------------------------- rollouts
-@dataclass
-class Rollouts:
-    """One agent's rollouts of one step, in the agent's own tokenisation."""
-
-    prompt_index: torch.Tensor  # [N] index into the step's prompt list
-    tokens: torch.Tensor  # [N, T]
-    logp: torch.Tensor  # [N, T] generator's pre-update token log-probs
-    mask: torch.Tensor  # [N, T]
-    texts: list[str]  # response text as shared with other agents (per ``cross_eos``)
-    rewards: torch.Tensor  # [N] 0/1
-    src_mean_logp: torch.Tensor  # [N] pre-update mean log-prob over the shared text's tokens
-    ref_logp: torch.Tensor | None = None  # [N, T] reference log-probs (KL on own rows)
-
-
-@dataclass
-class Rows:
-    """A learner's training rows (own + cross), all in the learner's tokenisation."""
-
-    prompt_index: torch.Tensor
-    response: torch.Tensor  # [R, T] right-padded
-    mask: torch.Tensor
-    is_own: torch.Tensor
-    agent: torch.Tensor  # the generating agent's index in the run's agent order
-    old_mean_logp: torch.Tensor
-    adv: torch.Tensor
-    omega: torch.Tensor
-    old_logp: torch.Tensor  # own rows only (zeros elsewhere)
-    ref_logp: torch.Tensor  # own rows only (zeros elsewhere)
-
-
-def _pad_rows(seqs: list[list[int]], pad: int, width: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(1, width or max((len(s) for s in seqs), default=1))
-    out = torch.full((len(seqs), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.bool)
-    for i, s in enumerate(seqs):
-        s = s[:width]
-        out[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        mask[i, : len(s)] = True
-    return out, mask
-
-
-class LocalTrainer:
+class LocalTrainer(CheckpointMixin, UpdateMixin):
     def __init__(self, cfg: TrainConfig):
         problems = cfg.path_problems()  # every problem in one message
         if cfg.device == "cuda" and not torch.cuda.is_available():
@@ -265,113 +130,6 @@ class LocalTrainer:
     def config_hash(self) -> str:
         return self.cfg.config_hash()
 
-    def _start_or_resume(self) -> int:
-        """The step to start from: 0, the newest checkpoint every agent has, or -1 (already complete); the
-        logs cut back to it and the validation at it run where due (:meth:`RunLoop.resume`)."""
-        prev = RunRecord.for_config(self.out, self.config_hash())
-        if prev is not None and prev.complete:
-            return -1
-        sweep_temporaries(self.out)  # leftovers of writes a kill interrupted (never read as complete)
-        # the newest checkpoint every agent has intact (a damaged one is set aside, named with why)
-        start = intact_resume_step(self.out, [a.name for a in self.agents], say=_say)
-        if start:
-            _say(f"resuming {self.out} from its step-{start} checkpoint")
-            if prev is not None and prev.step > start:
-                _say(f"hacpo: steps {start + 1}–{prev.step} of {self.out} will be trained again")
-            self._load_checkpoint(start)
-        self.loop.resume(start, self.validate)
-        self._write_run_json("running", start)
-        if start:
-            self._prune_checkpoints(start)
-        return start
-
-    def _write_run_json(self, status: str, step: int, **final) -> None:
-        RunRecord(
-            status=status,
-            step=step,
-            config_hash=self.config_hash(),
-            config=self.cfg.model_dump(),
-            engine="local",
-            versions=versions(),
-            machine=machine(),
-            details={
-                "method": self.method.to_dict(),
-                "loss_spec": self.spec.__dict__,
-                "device": str(self.device),
-                "sampler_logp_as_old": self.sampler_logp,
-                "fidelity": self.cfg.fidelity_record(),
-                "precision": self.precision,  # auto resolved here (hacpo.cpu.resolve_precision)
-                "adapters": {
-                    a.name: (lora.model_dump() if (lora := self.cfg.agent_adapter(i)) else "full")
-                    for i, a in enumerate(self.cfg.agents)
-                },
-            },
-            **final,
-        ).write(self.out)
-
-    def _save_checkpoint(self, step: int) -> None:
-        """Every agent's checkpoint, then ``run.json`` (the step is resumable from here), then pruning: a kill
-        at any point leaves the previous complete checkpoint of every agent in place."""
-        for agent in self.agents:
-            final = self.out / "checkpoints" / agent.name / f"step-{step}"
-            with atomic_dir(final) as tmp:
-                if agent.peft is not None:  # what trained: the adapter (megabytes), its base by path
-                    adapters.save(agent.peft, tmp)
-                    agent.model.generation_config.save_pretrained(tmp)  # every stop id, beside the tokenizer
-                else:
-                    agent.model.save_pretrained(tmp)
-                agent.tok.save_pretrained(tmp)
-                torch.save(
-                    {
-                        "step": step,
-                        "optimizer": agent.opt.state_dict(),
-                        "generator": agent.gen.get_state(),
-                        "capability": self.tracker.state_dict(),
-                        "torch_rng": torch.get_rng_state(),
-                        "device_type": self.device.type,
-                    },
-                    tmp / "trainer_state.pt",
-                )
-                write_checkpoint_manifest(tmp)  # last: what the checkpoint holds, checked on resume
-        self._write_run_json("running", step)
-        self._prune_checkpoints(step)
-
-    def _prune_checkpoints(self, newest: int) -> None:
-        """Keep each agent's ``keep_checkpoints`` newest checkpoints, and always step ``newest`` (the one
-        run.json records). Also run on resume: a kill between run.json and pruning leaves extra ones."""
-        for agent in self.agents:
-            folder = self.out / "checkpoints" / agent.name
-            periodic = sorted(int(p.name.split("-")[1]) for p in folder.glob("step-*") if p.is_dir())
-            for s in periodic[: -self.cfg.keep_checkpoints]:
-                if s != newest:
-                    shutil.rmtree(folder / f"step-{s}", ignore_errors=True)
-
-    def _load_checkpoint(self, step: int) -> None:
-        from transformers import AutoModelForCausalLM
-
-        for agent in self.agents:
-            d = self.out / "checkpoints" / agent.name / f"step-{step}"
-            # host tensors: the optimizer moves its state to the parameters' device when it loads it
-            # weights_only: a run directory copied from elsewhere cannot run code on resume
-            state = torch.load(d / "trainer_state.pt", map_location="cpu", weights_only=True)
-            saved = state.get("device_type", "cpu")
-            if saved != self.device.type:
-                raise ValueError(
-                    f"{self.out} was trained on {saved} and would resume on {self.device.type}: its "
-                    "samplers' random streams belong to one device type, so resume it with "
-                    f"`device: {saved}`, or train into a new out_dir"
-                )
-            if agent.peft is not None:
-                adapters.load_weights(agent.peft, d)
-            else:
-                loaded = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
-                agent.model.load_state_dict(loaded.state_dict())
-            agent.opt.load_state_dict(state["optimizer"])
-            agent.gen.set_state(state["generator"])
-            self.tracker.load_state_dict(state["capability"])
-            torch.set_rng_state(state["torch_rng"])
-
-    # ----------------------------------------------------------------------------- stage 1 and 2
     def _rollout(self, agent: Agent, problems: list[dict], g: int) -> Rollouts:
         cfg = self.cfg
         with self.phase("generate"), self.autocast():
@@ -490,129 +248,6 @@ class LocalTrainer:
         got = self.method.learner_rows(rewards, cat["prompt_index"], source, len(sources), pos, weights)
         keep = torch.nonzero(got.keep).flatten()  # the method's sharing rule: XGRPO own rows, SGT rescues
         return Rows(**{key: v[keep] for key, v in cat.items()}, adv=got.adv[keep])
-
-    def _order(self, rows: Rows, k: int, step: int) -> torch.Tensor:
-        order = minibatch_order(
-            self.cfg.minibatch_order, own=rows.is_own.tolist(), agent=rows.agent.tolist(),
-            prompt=rows.prompt_index.tolist(), seed=self.cfg.seed, step=step, learner=k,
-        )  # fmt: skip
-        return torch.tensor(order, dtype=torch.long)
-
-    def _update(self, k: int, rows: Rows, problems: list[dict], step: int) -> list[dict]:
-        cfg, learner = self.cfg, self.agents[k]
-        p_ids, p_mask = learner.prompt_ids(problems, cfg.prompt_style, "cpu")
-        order = self._order(rows, k, step)
-        size = max(1, cfg.minibatch_size // self.method.minibatch_divisor)
-        chunks = [order[i : i + size] for i in range(0, len(order), size)]
-        logs, m = [], 0
-        for _epoch in range(self.method.epochs):
-            for idx in chunks:
-                learner.opt.zero_grad(set_to_none=True)
-                parts = self._micro_batches(idx, rows, p_ids)
-                whole = None
-                if len(parts) > 1:  # each part's loss is its share of the mini-batch's (hacpo.algo)
-                    own = rows.is_own[idx]
-                    whole = (float(len(idx)), float(rows.mask[idx][own].sum()))
-                part_metrics = []
-                for part in parts:
-                    loss, metrics = self._part_loss(learner, rows, part, p_ids, p_mask, m, whole)
-                    with head_grads_into_param():  # a later part adds its head gradient in place
-                        loss.backward()
-                    part_metrics.append((len(part), metrics))
-                metrics = merge_parts(
-                    [
-                        (n, x)
-                        for (n, _), x in zip(
-                            part_metrics, metric_floats([x for _, x in part_metrics]), strict=True
-                        )
-                    ]
-                )
-                trained = adapters.trainable_parameters(learner.model)
-                metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, cfg.grad_clip))
-                learner.opt.step()
-                metrics["update"] = m
-                logs.append(metrics)
-                m += 1
-        return logs
-
-    def _micro_batches(self, idx: torch.Tensor, rows: Rows, p_ids: torch.Tensor) -> list[torch.Tensor]:
-        """``idx`` cut into parts of at most ``micro_batch_tokens`` tokens as the forward runs them, padded:
-        rows × (prompt width + the part's longest response), longest rows first
-        (:func:`~hacpo.agents.lm.token_budget_chunks`; a row longer than the budget is a part of its own).
-        The loss is a sum over rows, so the parts' order changes nothing but float summation order. The
-        whole mini-batch, in order, when unset."""
-        lengths = rows.mask[idx].sum(1)
-        budget, width = self.cfg.micro_batch_tokens, p_ids.shape[1]
-        chunks = token_budget_chunks(lengths, budget, width, rows.prompt_index[idx])
-        return [idx[chunk] for chunk in chunks]
-
-    def _part_loss(self, learner, rows: Rows, idx, p_ids, p_mask, m: int, whole):
-        """Loss of rows ``idx`` at update m: the mini-batch's, or (``whole`` = its row and own-token counts)
-        this micro-batch's share of it."""
-        resp_mask = rows.mask[idx]
-        width = max(1, int(resp_mask.sum(1).max()))
-        resp = rows.response[idx, :width]
-        dev = self.device
-        batch = MiniBatch(
-            logp=torch.empty(0),
-            mask=resp_mask[:, :width].to(dev),
-            adv=rows.adv[idx].to(dev),
-            old_mean_logp=rows.old_mean_logp[idx].to(dev),
-            is_own=rows.is_own[idx].to(dev),
-            omega=rows.omega[idx].to(dev),
-            old_logp=rows.old_logp[idx, :width].to(dev),
-            ref_logp=rows.ref_logp[idx, :width].to(dev),
-            n_total=whole[0] if whole else None,
-            own_tokens=whole[1] if whole else None,
-        )
-        with self.autocast():
-            return self._minibatch_loss(learner, batch, rows.prompt_index[idx], resp, p_ids, p_mask, m)
-
-    def _shared(self, learner: Agent, prompt_index, resp, resp_mask, p_ids, p_mask) -> SharedPrefixes:
-        """The rows' prompts and shared response prefixes, encoded once for every pass over these rows."""
-        prompts, rows = torch.unique(prompt_index, return_inverse=True)
-        dev = self.device
-        return SharedPrefixes(
-            learner.model,
-            p_ids[prompts].to(dev),
-            rows.to(dev),
-            resp.to(dev),
-            prompt_mask=p_mask[prompts].to(dev),
-            response_mask=resp_mask.to(dev),
-        )
-
-    def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
-        """Loss of one mini-batch (:func:`~hacpo.engines.core.live_rows.policy_loss_live_rows`: with
-        ``skip_dead_rows``, no backward for HACPO cross rows whose clamp is flat; exact). Every pass over
-        these rows reuses one encoding of their prompts and shared response prefixes; with
-        ``gradient_checkpointing`` each pass is a plain forward over prompt + response instead (activation
-        recomputation needs no KV cache)."""
-        if self.cfg.gradient_checkpointing:
-            logprobs = self._plain_logprobs(learner, prompt_index, resp, p_ids, p_mask)
-        else:
-            shared = self._shared(learner, prompt_index, resp, batch.mask, p_ids, p_mask)
-
-            def logprobs(rows, detach):
-                return shared.logprobs(rows, detach=detach)
-
-        loss, metrics = policy_loss_live_rows(batch, self.spec, m, logprobs, self.cfg.skip_dead_rows)
-        if loss is None:  # every row clamped: zero gradients, so the optimizer still steps as unskipped
-            loss = sum(p.sum() for p in adapters.trainable_parameters(learner.model)) * 0.0
-        return loss, metrics
-
-    def _plain_logprobs(self, learner, prompt_index, resp, p_ids, p_mask):
-        """``logprobs(rows, detach)`` by one plain forward of each row's left-padded prompt + response."""
-        dev = self.device
-
-        def logprobs(rows, detach):
-            sel = torch.arange(resp.shape[0]) if rows is None else rows.cpu()
-            pid = prompt_index[sel]
-            ids = torch.cat([p_ids[pid], resp[sel]], dim=1).to(dev)
-            attn = torch.cat([p_mask[pid], torch.ones_like(resp[sel], dtype=torch.bool)], dim=1).to(dev)
-            with torch.no_grad() if detach else contextlib.nullcontext():
-                return token_logprobs(learner.model, ids, p_ids.shape[1], attention_mask=attn)
-
-        return logprobs
 
     # ----------------------------------------------------------------------------- validation
     def _judge(self, texts: list[str], answers: list[str]) -> list[float]:
@@ -757,22 +392,6 @@ class LocalTrainer:
                 )
             rows.old_mean_logp[cross] = seq_mean_logp(lp.cpu(), rows.mask[cross])
         return rows
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def eval_mode(model):
-    """The model in eval mode for a no-grad pass over cached prompts: with gradient checkpointing, Hugging
-    Face turns the KV cache off in train mode. Same values (the agents have no dropout)."""
-    was = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was)
 
 
 def train(cfg: TrainConfig) -> RunRecord:
