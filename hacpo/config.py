@@ -35,24 +35,14 @@ CrossClipLow = Annotated[float, AfterValidator(check_cross_clip_low)]
 DeltaStep = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "delta_step"))]
 
 
-# Options that change how a run executes, never what it computes: logging and progress, threads, devices and
-# placement, scorer workers, micro-batch and memory knobs, the OpenRLHF engine's GPUs, memory modes and
-# trackers. A run's identity (config_hash) and the workflow's rerun trigger leave them out, so changing one
-# never retrains a run; an interrupted run resumes under the new values.
-RUNTIME_OPTIONS = (
-    "progress",
-    "threads",
-    "scorer_workers",
-    "reward_timeout_s",
-    "reward_retry_budget_s",
-    "device",
-    "gradient_checkpointing",
-    "micro_batch_tokens",
-    "generation_batch_tokens",
-    "openrlhf",
-    "logging",
-    "final_checkpoint",
-)
+def option(default=..., *, group: str, help: str, runtime: bool = False, **constraints):
+    """A :class:`TrainConfig` field with its meaning (``--help``, the JSON schema and the generated
+    reference show it), its group in the reference, and whether it is a runtime option: one that changes how
+    a run executes, never what it computes (logging, threads, devices, workers, memory knobs, the OpenRLHF
+    engine's GPUs). A run's identity (``config_hash``) and the workflow's rerun trigger leave runtime options
+    out, so changing one never retrains a run; an interrupted run resumes under the new values."""
+    extra = {"group": group, "runtime": runtime}
+    return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
 # One switch for "as the authors ran it" versus "as the paper describes it" (issue 25, spec §10): each preset
@@ -180,98 +170,224 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    method: str
-    agents: list[AgentRef]
-    train_file: str
-    out_dir: str
-    val_file: str | None = None
-    seed: int = 42
+    # ------------------------------------------------------------------------------------------ the run
+    method: str = option(
+        ..., group="run", help="the method (`hacpo methods` lists them): gspo, hacpo, naive, …"
+    )
+    agents: list[AgentRef] = option(
+        ..., group="run", help="the agents: one for a single-agent method, two or more for a joint one"
+    )
+    train_file: str = option(..., group="run", help="training problems, JSONL of id, problem, answer")
+    out_dir: str = option(..., group="run", help="the run directory (run.json, logs, checkpoints)")
+    val_file: str | None = option(None, group="run", help="validation problems (None: no validation)")
+    seed: int = option(
+        42, group="run", help="the seed of the prompt order, the sampling and the initialisation"
+    )
 
-    steps: int = Field(30, ge=1)
-    prompts_per_step: int = Field(16, ge=1)
-    group_size: int = Field(8, ge=1)  # G: rollouts per prompt per agent (×2 for gspo_x2)
-    minibatch_size: int = Field(64, ge=1)  # sequences per optimizer update
-    lr: float = Field(3e-5, gt=0)
-    betas: tuple[float, float] = (0.9, 0.99)
-    weight_decay: float = Field(0.01, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
-    kl_beta: float = Field(1e-3, ge=0)
-    # Full fine-tuning (None) or an adapter for every agent ({lora: {rank, alpha, dropout, target_modules}});
-    # an agent's own `adapter` wins. With LoRA, the KL reference is the base with the adapter off.
-    adapter: Adapter | None = None
+    # ------------------------------------------------------------------------------------------ a step
+    steps: int = option(30, group="step", help="training steps", ge=1)
+    prompts_per_step: int = option(
+        16, group="step", help="B: prompts per step, the same for every agent", ge=1
+    )
+    group_size: int = option(8, group="step", help="G: rollouts per prompt per agent (×2 for gspo_x2)", ge=1)
+    minibatch_size: int = option(64, group="step", help="sequences per optimizer update", ge=1)
+    lr: float = option(3e-5, group="step", help="AdamW's learning rate", gt=0)
+    betas: tuple[float, float] = option((0.9, 0.99), group="step", help="AdamW's betas")
+    weight_decay: float = option(0.01, group="step", help="AdamW's weight decay", ge=0)
+    grad_clip: float = option(1.0, group="step", help="the gradient norm's clip", gt=0)
+    kl_beta: float = option(1e-3, group="step", help="β of the k3 KL to the reference, on own rows", ge=0)
+    adapter: Adapter | None = option(
+        None,
+        group="step",
+        help=(
+            "full fine-tuning (None) or an adapter for every agent ({lora: {rank, alpha, "
+            "dropout, target_modules}}); an agent's own `adapter` wins; with LoRA the KL "
+            "reference is the base with the adapter off"
+        ),
+    )
 
-    # HACPO's hyper-parameters (Table 4); only methods with the HACPO loss read them (None: the paper's
-    # default, α = 1, 1−δ = 0.8, δ_step = 0.025), and giving one to another method is an error.
-    alpha: Alpha | None = None  # exponential importance sampling α (§3.4)
-    cross_clip_low: CrossClipLow | None = None  # the lower bound 1−δ (NOT δ) (§3.5)
-    delta_step: DeltaStep | None = None  # stepwise clip increment δ_step (§3.5)
-    # SGT's advantage of a rescued peer success (docs/algorithm.md, "Sharing rules"; None: 1); SGT only
-    rescue_advantage: float | None = Field(None, gt=0)
-    capability_window: int = Field(5, ge=1)
-    omega_warmup_steps: int = Field(0, ge=0)
-    # The preset of the four choices below (FIDELITY): paper | as_released; an explicit key wins.
-    fidelity: Literal["paper", "as_released"] = "paper"
-    # the order of a learner's rows through its updates (hacpo.engines.core.order): mixed | self_first |
-    # agent_order (by generating agent, then prompt: the authors' released code, spec §10)
-    minibatch_order: Literal["mixed", "self_first", "agent_order"] = "mixed"
-    cross_eos: Literal["strip", "keep_text"] = "strip"  # the source's EOS in shared text (agents.retokenize)
-    # identical tokenizers: reuse the source's ids, or decode and re-encode as between different ones
-    same_tokenizer: Literal["reuse_ids", "reencode"] = "reuse_ids"
-    # the training and validation reward (hacpo.reward.REWARDS), or a verifier of your own
-    # ({function: "pkg.module:name"} | {file: PATH, name: NAME}: hacpo.reward.custom); a benchmark names its
-    # own (workflow `benchmarks.<name>.reward`, default math-verify)
-    reward: Literal["math_verify", "hendrycks"] | CustomReward = "math_verify"
-    # The spec's alternative readings (hacpo.algo.VARIANT_KNOBS); None: the default reading. Each applies
-    # to one method only. A Naive run always names its cross-ratio reading (filled in from the registry).
-    gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] | None = None
-    naive_cross_ratio: Literal["source", "self_old"] | None = None
+    # ------------------------------------------------------------------------------------------ HACPO
+    alpha: Alpha | None = option(
+        None, group="hacpo", help="exponential importance sampling α (§3.4; None: 1); HACPO losses only"
+    )
+    cross_clip_low: CrossClipLow | None = option(
+        None,
+        group="hacpo",
+        help="the stepwise clip's lower bound 1−δ, not δ (§3.5; None: 0.8); HACPO losses only",
+    )
+    delta_step: DeltaStep | None = option(
+        None,
+        group="hacpo",
+        help="the stepwise clip's increment δ_step per update (§3.5; None: 0.025); HACPO losses only",
+    )
+    rescue_advantage: float | None = option(
+        None, group="hacpo", help="SGT's advantage of a rescued peer success (None: 1); SGT only", gt=0
+    )
+    capability_window: int = option(5, group="hacpo", help="steps in the capability estimate P̂ (§3.1)", ge=1)
+    omega_warmup_steps: int = option(
+        0, group="hacpo", help="steps with ω = 1 before the capability window has data", ge=0
+    )
 
-    prompt_style: Literal["compact", "paper"] = "compact"
-    max_new_tokens: int = Field(13, ge=1)
-    temperature: float = Field(1.0, gt=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    # π_old: the sampler's log-probs (exact at T=1, top_p=1 on fp32 CPU kernels) or a trainer forward; auto:
-    # the sampler's where exact, else a forward (CUDA, bf16)
-    old_logp: Literal["auto", "sampler", "forward"] = "auto"
-    skip_dead_rows: bool = True  # exact: no backward for zero-gradient rows (flat clamp; A = 0 without KL)
+    # ------------------------------------------------------------------------------------------ fidelity
+    fidelity: Literal["paper", "as_released"] = option(
+        "paper",
+        group="fidelity",
+        help=(
+            "the preset of the four choices below: as the paper describes it, or as the "
+            "authors' code ran it; an explicit key wins"
+        ),
+    )
+    minibatch_order: Literal["mixed", "self_first", "agent_order"] = option(
+        "mixed",
+        group="fidelity",
+        help=(
+            "the order of a learner's rows through its updates (hacpo.engines.core.order); "
+            "agent_order: by generating agent, then prompt, as the released code"
+        ),
+    )
+    cross_eos: Literal["strip", "keep_text"] = option(
+        "strip", group="fidelity", help="the source's EOS in shared text (hacpo.agents.retokenize)"
+    )
+    same_tokenizer: Literal["reuse_ids", "reencode"] = option(
+        "reuse_ids",
+        group="fidelity",
+        help=(
+            "identical tokenizers: reuse the source's ids, or decode and re-encode as between different ones"
+        ),
+    )
+    reward: Literal["math_verify", "hendrycks"] | CustomReward = option(
+        "math_verify",
+        group="fidelity",
+        help=(
+            "the training and validation reward, or a verifier of your own "
+            '({function: "pkg.module:name"} or {file: PATH, name: NAME})'
+        ),
+    )
+    gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] | None = option(
+        None,
+        group="fidelity",
+        help="GSPO-updates×2's reading: two epochs, or half-size mini-batches (None: epochs)",
+    )
+    naive_cross_ratio: Literal["source", "self_old"] | None = option(
+        None,
+        group="fidelity",
+        help=(
+            "Naive's cross ratio against the learner's own old log-prob (self_old) or the "
+            "source's (filled in from the registry)"
+        ),
+    )
 
-    val_every: int = Field(10, ge=0)  # 0: validate only before and after training
-    val_size: int = Field(1000, ge=0)
-    checkpoint_every: int = Field(10, ge=0)  # 0: final checkpoint only
-    keep_checkpoints: int = Field(2, ge=1)
-    # what a completed run keeps on disk (local engine; a runtime option): `full` its kept checkpoints with
-    # their trainer state, `weights` the final step's weights only (model and tokenizer, or the adapter),
-    # what evaluation reads: a completed run is never resumed (SmolLM2: 0.5 GB an agent instead of 3.2 GB)
-    final_checkpoint: Literal["full", "weights"] = "full"
-    threads: int = Field(1, ge=1)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    # Real model sizes on one GPU (local engine). bf16: autocast to bfloat16 around every forward, fp32
-    # master weights and optimizer (the maths' precision: part of a run's identity when not fp32); auto: bf16
-    # where the hardware computes it natively (CUDA, or a CPU with AVX512_BF16 or AMX: hacpo.cpu), else fp32,
-    # resolved once per run and recorded in run.json (a resumed run keeps its first choice)
-    precision: Literal["fp32", "bf16", "auto"] = "fp32"
-    # Runtime only (same maths, less memory): recompute activations in the backward (the update then runs a
-    # plain forward per row instead of shared prompt/prefix caches) ...
-    gradient_checkpointing: bool = False
-    # ... and cut each mini-batch into micro-batches of at most this many tokens as the forward runs them,
-    # padded (rows × (prompt width + longest response), longest first), their gradients accumulated to the
-    # mini-batch's (None: the whole mini-batch in one forward/backward); the no-grad passes (π_old,
-    # reference, Naive self_old) run in chunks of the same budget (hacpo.agents.lm.token_budget_chunks)
-    micro_batch_tokens: int | None = Field(None, ge=1)
-    # ... and generate validation answers in batches whose prompt + new tokens (the KV cache) fit this
-    # budget (None: 512 problems per batch)
-    generation_batch_tokens: int | None = Field(None, ge=1)
-    scorer_workers: int = Field(0, ge=0)
-    # the reward's hard deadline: one math-verify item (None: 2 s) or one custom verifier call (None: 30 s)
-    reward_timeout_s: float | None = Field(None, gt=0)
-    # a custom verifier's time on failed calls within one step (or validation): first tries and the
-    # parallel retries; items still unscored when it is spent score 0, each named, and later first tries of
-    # the step get a tenth of the deadline (None: two deadlines)
-    reward_retry_budget_s: float | None = Field(None, ge=0)
-    progress: bool = False
-    # The OpenRLHF engine's GPUs, memory modes and logging (runtime only: not part of the run's identity)
-    openrlhf: OpenRLHFOptions | None = None
-    logging: RunLogging = RunLogging()  # TensorBoard curves of the run loop's rows (runtime only)
+    # ------------------------------------------------------------------------------------------ sampling
+    prompt_style: Literal["compact", "paper"] = option(
+        "compact", group="sampling", help="the prompt: compact, or the paper's instruction"
+    )
+    max_new_tokens: int = option(13, group="sampling", help="the longest answer sampled", ge=1)
+    temperature: float = option(
+        1.0, group="sampling", help="the sampling temperature (the policy is the tempered one)", gt=0
+    )
+    top_p: float = option(1.0, group="sampling", help="nucleus sampling's p", gt=0, le=1)
+    old_logp: Literal["auto", "sampler", "forward"] = option(
+        "auto",
+        group="sampling",
+        help=(
+            "π_old: the sampler's log-probs (exact at T = 1, top_p = 1 on fp32 CPU kernels) "
+            "or a trainer forward; auto: the sampler's where exact"
+        ),
+    )
+    skip_dead_rows: bool = option(
+        True,
+        group="sampling",
+        help="no backward for rows without a gradient (flat clamp; A = 0 without KL): exact",
+    )
+
+    # ------------------------------------------------------------------------------------------ validation
+    val_every: int = option(
+        10, group="validation", help="steps between validations (0: before and after training only)", ge=0
+    )
+    val_size: int = option(1000, group="validation", help="validation problems used", ge=0)
+    checkpoint_every: int = option(
+        10, group="validation", help="steps between checkpoints (0: the final one only)", ge=0
+    )
+    keep_checkpoints: int = option(2, group="validation", help="checkpoints kept", ge=1)
+    final_checkpoint: Literal["full", "weights"] = option(
+        "full",
+        group="validation",
+        runtime=True,
+        help=(
+            "what a completed run keeps (local engine): its kept checkpoints with trainer "
+            "state, or the final weights only"
+        ),
+    )
+
+    # ------------------------------------------------------------------------------------------ execution
+    threads: int = option(1, group="execution", runtime=True, help="torch threads", ge=1)
+    device: Literal["auto", "cpu", "cuda"] = option(
+        "auto", group="execution", runtime=True, help="where the local engine trains"
+    )
+    precision: Literal["fp32", "bf16", "auto"] = option(
+        "fp32",
+        group="execution",
+        help=(
+            "bf16: autocast around every forward with fp32 master weights (part of the "
+            "identity when not fp32); auto: bf16 where the hardware computes it natively "
+            "(hacpo.cpu), recorded in run.json"
+        ),
+    )
+    gradient_checkpointing: bool = option(
+        False,
+        group="execution",
+        runtime=True,
+        help=(
+            "recompute activations in the backward (a plain forward per row instead of shared prompt caches)"
+        ),
+    )
+    micro_batch_tokens: int | None = option(
+        None,
+        group="execution",
+        runtime=True,
+        help=(
+            "micro-batches of at most this many padded tokens, gradients accumulated (None: "
+            "the whole mini-batch); no-grad passes use the same budget"
+        ),
+        ge=1,
+    )
+    generation_batch_tokens: int | None = option(
+        None,
+        group="execution",
+        runtime=True,
+        help="validation generation in batches of this many prompt + new tokens (None: 512 problems a batch)",
+        ge=1,
+    )
+    scorer_workers: int = option(
+        0, group="execution", runtime=True, help="reward worker processes (0: in the trainer's process)", ge=0
+    )
+    reward_timeout_s: float | None = option(
+        None,
+        group="execution",
+        runtime=True,
+        help="the reward's hard deadline: one math-verify item (None: 2 s) or one verifier call (None: 30 s)",
+        gt=0,
+    )
+    reward_retry_budget_s: float | None = option(
+        None,
+        group="execution",
+        runtime=True,
+        help=(
+            "a verifier's time on failed calls within a step (None: two deadlines); once "
+            "spent, items get a tenth of the deadline"
+        ),
+        ge=0,
+    )
+    progress: bool = option(False, group="execution", runtime=True, help="a progress bar")
+    openrlhf: OpenRLHFOptions | None = option(
+        None,
+        group="execution",
+        runtime=True,
+        help="the OpenRLHF engine's GPUs, memory modes and logging (hacpo.engine_options)",
+    )
+    logging: RunLogging = option(
+        RunLogging(), group="execution", runtime=True, help="live curves: TensorBoard, Weights & Biases"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -433,3 +549,11 @@ def load_train_config(path_or_dict, **overrides) -> TrainConfig:
         return TrainConfig.model_validate(data)
     except ValidationError as err:
         raise ValueError(format_validation_error(err)) from None
+
+
+def _runtime_options() -> tuple[str, ...]:
+    return tuple(n for n, f in TrainConfig.model_fields.items() if (f.json_schema_extra or {}).get("runtime"))
+
+
+# The runtime options, from the fields' tags (:func:`option`): never part of a run's identity
+RUNTIME_OPTIONS = _runtime_options()

@@ -79,3 +79,24 @@ def test_mkdocs_build_strict(tmp_path):
     assert (tmp_path / "site" / "results" / "index.html").is_file()
     api = (tmp_path / "site" / "api" / "index.html").read_text()
     assert "joint_advantages" in api and "learner_rows" in api and "TrainConfig" in api
+
+
+def test_the_reference_pages_are_what_the_code_generates():
+    """docs/reference/ is generated from the code (`python -m hacpo.reference --write docs/reference`): a
+    config key, a flag or a default changed in the code and not regenerated fails here."""
+    from hacpo import reference
+
+    assert reference.main(["--check", str(ROOT / "docs" / "reference")]) == 0
+
+
+def test_every_run_config_key_says_what_it_means_and_the_runtime_list_is_its_tags():
+    from hacpo.config import RUNTIME_OPTIONS, TrainConfig
+
+    page = (ROOT / "docs" / "reference" / "run-config.md").read_text()
+    for name, field in TrainConfig.model_fields.items():
+        assert field.description, f"{name}: no description (hacpo.config.option(help=...))"
+        assert f"| `{name}` |" in page
+    tagged = {n for n, f in TrainConfig.model_fields.items() if f.json_schema_extra.get("runtime")}
+    assert set(RUNTIME_OPTIONS) == tagged and len(tagged) == 12
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert {r.split("`")[1] for r in rows if "| yes |" in r} == tagged
