@@ -150,6 +150,22 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
     }
 
 
+def test_the_gpu_profile_refuses_a_cpu_config_before_submitting_and_the_cpu_profile_takes_it(tmp_path):
+    """The cluster guide's trap: `--workflow-profile profiles/slurm` without a GPU config ran the toy default
+    and submitted its jobs with --gpus=h100:0. Refused at parse time, naming the config, the profile and the
+    fix; profiles/slurm-cpu plans the same config with no GPU flag."""
+    refused = run([*SNAKEMAKE, "-n", "--workflow-profile", "profiles/slurm", "--directory", str(tmp_path)],
+                  check=False)  # fmt: skip
+    said = refused.stdout + refused.stderr
+    assert refused.returncode != 0 and "profiles/slurm asks a GPU for every evaluate and train job" in said
+    assert "config/config.yaml trains on CPU" in said and "--workflow-profile profiles/slurm-cpu" in said
+    cpu = run(
+        [*SNAKEMAKE, "-n", "--workflow-profile", "profiles/slurm-cpu", "--directory", str(tmp_path / "c")]
+    )
+    planned = cpu.stdout + cpu.stderr
+    assert "gpu_model" not in planned and "rule train:" in planned and "slurm_partition=cpu" in planned
+
+
 def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(tmp_path):
     """engine: openrlhf — every single-agent run is an OpenRLHF job (its command line built from the job's own
     params, as `hacpo train --print-command` prints it) on the GPUs of its model; every joint run HACPO's
@@ -172,6 +188,7 @@ def test_paper_dry_run_lists_openrlhf_jobs_and_vllm_evaluations_with_their_gpus(
     assert len(singles) == 39
     for job in trains:
         assert "gpu=8" in job and "--engine openrlhf" in job, job[:300]
+
     def run_config(job):  # `hacpo train SPEC --runtime RUNTIME …`: the spec and its runtime options
         cmd = shlex.split(job[job.index("Shell command: ") + 15 :].splitlines()[0])
         assert cmd[3] == "--runtime" and "openrlhf" not in json.loads(cmd[2]), cmd[:4]
@@ -494,8 +511,10 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     (tmp_path / "other.yaml").write_text(yaml.safe_dump(other))
     first = {p: p.read_bytes() for p in (work / "results" / "ci").rglob("*") if p.is_file()
              and "logs" not in p.parts}  # fmt: skip
-    run([*SNAKEMAKE, "-c2", "--configfile", str(tmp_path / "other.yaml"), "--directory", str(work)],
-        timeout=600)
+    run(
+        [*SNAKEMAKE, "-c2", "--configfile", str(tmp_path / "other.yaml"), "--directory", str(work)],
+        timeout=600,
+    )
     assert {p.name for p in (work / "results").iterdir()} == {"ci", "other"}
     assert (work / "results" / "other" / "tables" / "table1.md").stat().st_size > 0
     agent = json.loads((work / "results" / "other" / "agents" / "qwen" / "agent.json").read_text())

@@ -62,6 +62,31 @@ def check_results_from(pipe) -> None:
                 )
 
 
+GPU_RESOURCES = ("gpu_model", "gres")  # a profile's set-resources that put a GPU flag on every job of a rule
+
+
+def check_profile_gpus(pipe, set_resources: dict, argv: list[str]) -> None:
+    """Before any job is submitted: a profile that asks a GPU for every train or evaluate job (``gpu_model``
+    or ``gres`` in its ``set-resources``) with a config whose models need none would submit CPU work to GPU
+    nodes (``--gpus=h100:0``): refused, naming the config, the profile and the fix."""
+    asking = sorted(
+        rule for rule in ("train", "evaluate") if set(set_resources.get(rule, {})) & set(GPU_RESOURCES)
+    )
+    cpu_runs = sorted({r.group for r in pipe.runs if pipe.gpus(r) == 0})
+    if not asking or not cpu_runs:
+        return
+    profile = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--workflow-profile", "--profile")),
+                   "the workflow profile")  # fmt: skip
+    configs = ", ".join(pipe.config_files) or "config/config.yaml (the default)"
+    rules, shown = " and ".join(asking), ", ".join(cpu_runs[:4]) + (" …" if len(cpu_runs) > 4 else "")
+    raise ValueError(
+        f"{profile} asks a GPU for every {rules} job (set-resources: gpu_model or gres), but {configs} "
+        f"trains on CPU ({shown} have gpus: 0): the jobs would go to GPU nodes with --gpus=<model>:0. Name a "
+        "GPU config (`--configfile config/paper.yaml`), or run a CPU config with "
+        "`--workflow-profile profiles/slurm-cpu`."
+    )
+
+
 def record_results_owner(pipe) -> None:
     """``onstart``: add this config to the folder's owners (read by :func:`check_results_owner`)."""
     from hacpo.runio import atomic_write_json

@@ -1,6 +1,9 @@
 # Config validation, wildcard constraints and the thin input/params functions over hacpo.pipeline.
+import sys
+
 from hacpo.pipeline import Pipeline, Unrecorded, as_json
 from hacpo.pipeline.hooks import (
+    check_profile_gpus,
     check_results_from,
     check_results_owner,
     put_interpreter_on_path,
@@ -16,6 +19,8 @@ put_interpreter_on_path()
 # Each config writes only under its own folder: results/<config name>, or its `results_dir:` (issue 43).
 check_results_owner(PIPE)
 check_results_from(PIPE)  # other machines' folders a scorecard pools
+# a GPU profile with a CPU config: refused before anything is submitted
+check_profile_gpus(PIPE, workflow.resource_settings.overwrite_resources or {}, sys.argv)
 
 
 pathvars:
