@@ -108,7 +108,7 @@ class WandbLogging(BaseModel):
 
 
 class RunLogging(BaseModel):
-    """Live curves while a run trains (issue 31; a runtime option, never part of a run's identity):
+    """Live curves while a run trains (a runtime option, never part of a run's identity):
     TensorBoard scalars in ``<run>/tensorboard`` and, when ``wandb`` is set, a W&B run, written by the run
     loop (:mod:`hacpo.engines.core.trackers`)."""
 

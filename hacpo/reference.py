@@ -118,17 +118,16 @@ def _leaves(annotation):
     return [leaf for a in args for leaf in _leaves(a)]
 
 
-def workflow_config() -> str:
-    """Every key of a workflow config (``config/*.yaml``), model by model, with type, default and meaning."""
+def _config_models() -> dict[str, type[BaseModel]]:
     from hacpo.pipeline.config import PipelineConfig
 
     models: dict[str, type[BaseModel]] = {"PipelineConfig": PipelineConfig}
     _models_of(PipelineConfig, models)
-    lines = [HEADER + "# Workflow config (`config/*.yaml`)", "",
-             "The keys of a workflow config, from the schema Snakemake validates it with before any job "
-             "(`hacpo.pipeline.config`). The top level is **PipelineConfig**; `training:` takes the "
-             "[run config](run-config.md)'s keys. What each shipped config is for: "
-             "[Configs](../guide/configs.md)."]  # fmt: skip
+    return models
+
+
+def _model_sections(models: dict[str, type[BaseModel]]) -> list[str]:
+    lines = []
     for name, model in models.items():
         doc = (
             " ".join((model.__doc__ or "").split())
@@ -140,7 +139,32 @@ def workflow_config() -> str:
         for key, field in model.model_fields.items():
             cells = [f"`{key}`", _type(field.annotation), _default(field), _cell(field.description or "")]
             lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _is_view(model: type[BaseModel]) -> bool:
+    return model.__module__ == "hacpo.pipeline.views_config"
+
+
+def workflow_config() -> str:
+    """Every key of a workflow config (``config/*.yaml``) but its views, model by model."""
+    models = {n: m for n, m in _config_models().items() if not _is_view(m)}
+    lines = [HEADER + "# Workflow config (`config/*.yaml`)", "",
+             "The keys of a workflow config, from the schema Snakemake validates it with before any job "
+             "(`hacpo.pipeline.config`). The top level is **PipelineConfig**; `training:` takes the "
+             "[run config](run-config.md)'s keys; `tables:` and `figures:` are the [views](views-config.md). "
+             "What each shipped config is for: [Configs](../guide/configs.md)."]  # fmt: skip
+    return "\n".join(lines + _model_sections(models)) + "\n"
+
+
+def views_config() -> str:
+    """The views of a workflow config: its tables, figures and scorecards, model by model."""
+    models = {n: m for n, m in _config_models().items() if _is_view(m)}
+    lines = [HEADER + "# Tables, figures and scorecards (`tables:`, `figures:`)", "",
+             "The views of a [workflow config](workflow-config.md): each entry of `tables:` or `figures:` is "
+             "one of these, chosen by its `kind`. The statistics of a scorecard (`kind: claims`): "
+             "[Statistics](../statistics.md)."]  # fmt: skip
+    return "\n".join(lines + _model_sections(models)) + "\n"
 
 
 def cli() -> str:
@@ -175,7 +199,8 @@ def _actions(parser: argparse.ArgumentParser, prog: str) -> list[str]:
     return out
 
 
-PAGES = {"run-config.md": run_config, "workflow-config.md": workflow_config, "cli.md": cli}
+PAGES = {"run-config.md": run_config, "workflow-config.md": workflow_config, "views-config.md": views_config,
+         "cli.md": cli}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

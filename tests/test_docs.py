@@ -100,3 +100,35 @@ def test_every_run_config_key_says_what_it_means_and_the_runtime_list_is_its_tag
     assert set(RUNTIME_OPTIONS) == tagged and len(tagged) == 12
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     assert {r.split("`")[1] for r in rows if "| yes |" in r} == tagged
+
+
+USER_PAGES = [ROOT / "README.md", ROOT / "config" / "README.md", ROOT / "profiles" / "README.md",
+              ROOT / "results" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # fmt: skip
+HISTORY = re.compile(r"\b[Ii]ssues? \d+|\bstops? \d+\b")
+HEX = re.compile(r"(?<![\w-])[0-9a-f]{7,40}(?![\w-])")
+REPO_PATH = re.compile(r"(?<![\w./-])(?:\.\./)?(?:config|docs|hacpo|scripts|tests|benchmarks|profiles|workflow|envs|"
+                       r"spec|shared|notes|\.ci)/[^\s`)\]'\",;|]*")  # fmt: skip
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_user_page_holds_no_history_and_names_only_files_a_clone_has(page):
+    """User pages speak to users: no issue numbers, no "stop N", no commit hash of this repository (history
+    lives in git); every repository path they name exists in a clone (no spec or notes it lacks); none is
+    over 400 lines."""
+    text = page.read_text()
+    assert not HISTORY.findall(text), HISTORY.findall(text)
+    commits = [h for h in set(HEX.findall(text))
+               if subprocess.run(["git", "cat-file", "-e", f"{h}^{{commit}}"], cwd=ROOT,
+                                 capture_output=True).returncode == 0]  # fmt: skip
+    assert not commits, f"commit hashes in a user page: {commits}"
+    missing = []
+    for named in set(REPO_PATH.findall(text)):
+        path, _, test = named.rstrip(".:").partition("::")  # tests/x.py::test_name: the test too
+        path = path.split(":")[0]  # config/agents/toy.yaml:small: an entry of the file
+        if any(c in path for c in "*<>{}") or path.endswith(("_", "-")) or path.rsplit("/", 1)[-1].isupper():
+            continue  # a pattern or a placeholder, not a path
+        where = ROOT / path if (ROOT / path).exists() else page.parent / path
+        if not where.exists() or (test and f"def {test}(" not in where.read_text()):
+            missing.append(named)
+    assert not missing, f"paths a clone does not have: {sorted(missing)}"
+    assert len(text.splitlines()) <= 400, "split the page: a reader finds nothing in a page this long"

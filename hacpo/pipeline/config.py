@@ -87,7 +87,7 @@ class Synthetic(_Strict):
 
 
 class Dataset(_Strict):
-    """One data file ``<results>/data/<name>.jsonl``: synthetic problems, a registry dataset (issue 5), or a
+    """One data file ``<results>/data/<name>.jsonl``: synthetic problems, a registry dataset, or a
     dataset of your own (``local:`` JSONL, Parquet or CSV, or ``hub:`` at a pinned revision, with its
     ``fields:`` mapping; :mod:`hacpo.data.own`).
     """

@@ -227,13 +227,13 @@ class CurvesFigure(_View):
 
 class UpdatesFigure(CurvesFigure):
     """The share of cross rows inside the stepwise clip against the update m (``updates.jsonl``): which
-    cross rows can carry gradient under each method's mini-batch order (issue 25). HACPO losses only."""
+    cross rows can carry gradient under each method's mini-batch order. HACPO losses only."""
 
     kind: Literal["updates"]
 
 
 class StepsFigure(CurvesFigure):
-    """Fields of the runs' ``metrics.jsonl`` against the step (issue 44's per-step logs): a panel per agent
+    """Fields of the runs' ``metrics.jsonl`` against the step (the per-step logs): a panel per agent
     and field, a line per method, the mean over seeds with a 95 % band. ``metrics``: per-agent fields
     (``reward``, ``own_adv_sum``, ``cross_in_bounds_frac``, ``s_hete_mean``, …); ``agents``: only these."""
 
