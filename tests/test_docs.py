@@ -106,8 +106,8 @@ USER_PAGES = [ROOT / "README.md", ROOT / "config" / "README.md", ROOT / "profile
               ROOT / "results" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # fmt: skip
 HISTORY = re.compile(r"\b[Ii]ssues? \d+|\bstops? \d+\b")
 HEX = re.compile(r"(?<![\w-])[0-9a-f]{7,40}(?![\w-])")
-REPO_PATH = re.compile(r"(?<![\w./-])(?:\.\./)?(?:config|docs|hacpo|scripts|tests|benchmarks|profiles|workflow|envs|"
-                       r"spec|shared|notes|\.ci)/[^\s`)\]'\",;|]*")  # fmt: skip
+TOP = "config|docs|hacpo|scripts|tests|benchmarks|profiles|workflow|envs|spec|shared|notes|\\.ci"
+REPO_PATH = re.compile(rf"(?<![\w./-])(?:\.\./)?(?:{TOP})/[^\s`)\]'\",;|]*")
 
 
 @pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
