@@ -124,7 +124,7 @@ def test_a_user_page_holds_no_history_and_names_only_files_a_clone_has(page):
     missing = []
     for named in set(REPO_PATH.findall(text)):
         path, _, test = named.rstrip(".:").partition("::")  # tests/x.py::test_name: the test too
-        path = path.split(":")[0]  # config/agents/toy.yaml:small: an entry of the file
+        path = path.split(":")[0].split("#")[0]  # toy.yaml:small, page.md#anchor: the file
         if any(c in path for c in "*<>{}") or path.endswith(("_", "-")) or path.rsplit("/", 1)[-1].isupper():
             continue  # a pattern or a placeholder, not a path
         where = ROOT / path if (ROOT / path).exists() else page.parent / path
@@ -132,3 +132,29 @@ def test_a_user_page_holds_no_history_and_names_only_files_a_clone_has(page):
             missing.append(named)
     assert not missing, f"paths a clone does not have: {sorted(missing)}"
     assert len(text.splitlines()) <= 400, "split the page: a reader finds nothing in a page this long"
+
+
+def test_every_shipped_config_has_a_cost_and_a_reference_row():
+    costs = (ROOT / "docs" / "performance.md").read_text()
+    configs = (ROOT / "config" / "README.md").read_text()
+    for path in sorted((ROOT / "config").glob("*.yaml")):
+        assert f"| `{path.name}`" in costs, f"{path.name}: no row in docs/performance.md's cost table"
+        assert f"`{path.name}`" in configs, f"{path.name}: not in config/README.md"
+
+
+def test_the_cost_table_script_makes_a_row_from_snakemakes_benchmark_files(tmp_path):
+    folder = tmp_path / "toy"
+    bench = folder / "benchmarks" / "train"
+    bench.mkdir(parents=True)
+    head = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+    (bench / "a.tsv").write_text(head + "100.0\t0:01:40\t900\t1\t1\t800\t0\t0\t0\t1\n")
+    (bench / "b.tsv").write_text(head + "3500.0\t0:58:20\t2000\t1\t1\t1500\t0\t0\t0\t1\n")
+    (folder / "runs" / "single" / "a" / "gspo" / "seed0").mkdir(parents=True)
+    (folder / "runs" / "single" / "a" / "gspo" / "seed0" / "profile.json").write_text('{"peak_rss_mb": 4000}')
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "cost_table.py"), str(folder)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    row = out.splitlines()[-1]
+    assert row.startswith("| `toy` | 2 | 1 h 0 min | 4.0 GB |"), row
+    empty = subprocess.run([sys.executable, str(ROOT / "scripts" / "cost_table.py"), str(tmp_path)],
+                           capture_output=True, text=True)  # fmt: skip
+    assert empty.returncode == 2 and "no Snakemake benchmark files" in empty.stderr
