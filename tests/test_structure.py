@@ -116,6 +116,15 @@ def test_the_import_graph_sees_every_kind_of_import():
     assert "hacpo.agents.decode" in graph["hacpo.agents.lm"]
 
 
+# A moved name's deprecation alias imports its new home lazily, where it is asked for (CHANGELOG.md; gone in
+# 0.3.0): not a cycle at import time, and the only upward edge tests/test_layering.py allows.
+DEPRECATED_ALIASES = {("hacpo.algo", "hacpo.engines.core.live_rows")}
+
+
 def test_no_import_cycles_in_the_package():
-    found = cycles(import_graph())
+    graph = import_graph()
+    for module, target in DEPRECATED_ALIASES:
+        assert target in graph[module], f"{module} no longer aliases {target}: drop it from DEPRECATED_ALIASES"
+        graph[module].discard(target)
+    found = cycles(graph)
     assert not found, f"import cycles (break each: move the shared part down, or pass a callable): {found}"
