@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from hacpo.agents.formats import AnswerForm
+from hacpo.agents.warmup import ModelWarmup
 from hacpo.algo import HACPO_KNOBS, get_method
 from hacpo.config import Adapter, Alpha, CrossClipLow, DeltaStep, RunLogging
 from hacpo.data.own import FieldMap, HubDataset
@@ -128,19 +129,21 @@ class WarmFrom(_Strict):
     ``from`` names an imported (``source:``) model of the config; the other keys are the warm-up's."""
 
     base: Id = Field(alias="from")
-    lr: float = Field(1e-5, gt=0)
-    max_steps: int = Field(40, ge=0)
-    batch_size: int = Field(16, ge=1)
-    target_dev_acc: float | None = Field(None, gt=0, le=1)
-    eval_every: int = Field(10, ge=1)
-    n_dev: int = Field(100, ge=1)
-    seed: int = 0
-    answer: AnswerForm = "solution"  # the answer form it learns (ModelWarmup.answer)
+    # the defaults are ModelWarmup's, declared there once
+    lr: float = Field(ModelWarmup.lr, gt=0)
+    max_steps: int = Field(ModelWarmup.max_steps, ge=0)
+    batch_size: int = Field(ModelWarmup.batch_size, ge=1)
+    target_dev_acc: float | None = Field(ModelWarmup.target_dev_acc, gt=0, le=1)
+    eval_every: int = Field(ModelWarmup.eval_every, ge=1)
+    n_dev: int = Field(ModelWarmup.n_dev, ge=1)
+    seed: int = ModelWarmup.seed
+    answer: AnswerForm = ModelWarmup.answer  # the answer form it learns
 
     def spec(self) -> dict:
         """The :class:`~hacpo.agents.warmup.ModelWarmup` fields (everything but ``from``; ``answer`` only
         where it is not the default, so that warm-ups recorded before it existed keep their parameters)."""
-        return self.model_dump(exclude={"base"} | ({"answer"} if self.answer == "solution" else set()))
+        default_answer = self.answer == ModelWarmup.answer
+        return self.model_dump(exclude={"base"} | ({"answer"} if default_answer else set()))
 
 
 class Model(_Strict):
