@@ -124,7 +124,7 @@ DEPRECATED_ALIASES = {("hacpo.algo", "hacpo.engines.core.live_rows")}
 def test_no_import_cycles_in_the_package():
     graph = import_graph()
     for module, target in DEPRECATED_ALIASES:
-        assert target in graph[module], f"{module} no longer aliases {target}: drop it from DEPRECATED_ALIASES"
+        assert target in graph[module], f"{module} no longer aliases {target}: drop it from the list"
         graph[module].discard(target)
     found = cycles(graph)
     assert not found, f"import cycles (break each: move the shared part down, or pass a callable): {found}"
