@@ -17,12 +17,12 @@ SHIPPED = (
     "config", "paper", "ci", "one-gpu", "real", "countdown", "rehearsal", "rehearsal-ci", "rehearsal-real",
     "real-claims",
 )
-# an overlay → the config it is laid over (both files given)
+# an overlay → the configs it is laid over (every file given, in order)
 OVERLAYS = {
-    name: "real-claims"
+    name: ("real-claims",)
     for name in ("real-claims-ci", "real-claims-pairs", "real-claims-state", "real-claims-model",
                  "real-claims-weak")
-}
+} | {"real-claims-state-base": ("real-claims", "real-claims-state")}
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 
@@ -62,7 +62,7 @@ def test_every_shipped_workflow_config_is_tested():
 def test_overlays_validate_on_their_config(overlay):
     """An overlay (CI's size of a target, a part of one) laid over its config as Snakemake merges them:
     valid, its results folder, and a run config for every run."""
-    files = [str(ROOT / "config" / f"{name}.yaml") for name in (OVERLAYS[overlay], overlay)]
+    files = [str(ROOT / "config" / f"{name}.yaml") for name in (*OVERLAYS[overlay], overlay)]
     p = Pipeline.from_files(files, base_dir=str(ROOT))
     assert p.results == (p.cfg.results_dir or f"results/{overlay}") and p.runs
     for run in p.runs:
