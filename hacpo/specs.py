@@ -83,6 +83,7 @@ class ClaimTest(_Spec):
     margin: float | None = None  # equivalence within ±margin (None: no equivalence verdict)
     runs: dict[str, list[str]] = {}  # per seed, the run.json of every run it reads: the machine of the pair
     origins: dict[str, str] = {}  # per seed read from another results folder (``<k>:<seed>``), that folder
+    order: list[str] = []  # the seeds in look order (a spec's JSON sorts mapping keys: "1337" before "2")
 
     @model_validator(mode="after")
     def _a_reads_runs(self):

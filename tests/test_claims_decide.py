@@ -16,7 +16,7 @@ import yaml
 from scipy import stats as sps
 from statsmodels.stats.weightstats import DescrStatsW
 
-from hacpo.pipeline import Pipeline
+from hacpo.pipeline import Pipeline, as_json
 from hacpo.pipeline.config import ConfigError
 from hacpo.pipeline.hooks import check_results_from
 from hacpo.report import claims, looks, stats
@@ -218,6 +218,17 @@ def test_margins_default_per_metric_and_are_overridden_per_table_and_claim():
     t = Pipeline(wall).cfg.tables["claims"]
     assert t.margin(t.claims["fast"]) == 0.05 and t.margin(t.claims["naive_below_gspo"]) == 0.05
     assert t.seed_order() == []
+
+
+def test_a_looks_seeds_keep_their_look_order_through_the_jobs_json():
+    """A job's spec is key-sorted JSON, where seed "1337" sorts before "2": the rows carry their seeds' look
+    order, so a look's prefix is the seeds it was taken at."""
+    pipe = Pipeline(_table(seeds=[0, 1, 42], sequential={"block": 2, "max": 5}))
+    keys = list(pipe.look_sizes("claims_sequential", None))
+    spec = json.loads(as_json(pipe.claims_look("claims_sequential", dict.fromkeys(keys, 5))[1]))
+    test = spec["rows"][0]["claim"]
+    assert list(test["a"]["seeds"]) == ["0", "1", "2", "3", "42"]  # sorted as text by the JSON
+    assert test["order"] == ["0", "1", "42", "2", "3"]
 
 
 def test_the_added_seeds_are_the_smallest_unused_unless_listed():

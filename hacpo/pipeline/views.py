@@ -339,6 +339,7 @@ class Views:
                     "margin": t.margin(c),
                     "runs": runs,
                     "origins": origins,
+                    "order": [str(s) for s in seeds] + list(origins),
                 }
                 label = self.cfg.models[agent].label or agent if agent in self.cfg.models else agent
                 row = {"block": pair, "model": agent, "model_label": label, "label": cid, "claim": test}

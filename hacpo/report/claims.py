@@ -132,7 +132,7 @@ def scorecard(spec: dict) -> Scorecard:
     for row in spec["rows"]:
         t = row["claim"]
         where = f"claim {t['claim']!r} ({row.get('block')}, {row.get('model')})"
-        units = list(t["a"]["seeds"])  # in look order: the table's seeds, then each block's
+        units = t.get("order") or list(t["a"]["seeds"])  # look order: the table's seeds, then each block's
         a, b = side_values(t["a"], units, where), side_values(t["b"], units, where)
         diffs = [_effect(a[u], b[u], t.get("ratio", False)) for u in units]
         runs = t.get("runs", {})
