@@ -157,3 +157,4 @@ def row_advantages(
     out = torch.empty_like(r)
     out[index.reshape(-1)] = adv.reshape(-1).to(out.dtype)
     return out
+

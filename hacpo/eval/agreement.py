@@ -125,12 +125,8 @@ def _compare(local, vllm, problems: list[dict], sampling, reward, show: int) -> 
         "identical_rewards": sum(same_reward) / n if n else 0.0,
         "accuracy": {k: sum(v) / n if n else 0.0 for k, v in rewards.items()},
         "setup": {
-            k: {
-                "stop_ids": e["stop_ids"],
-                "first_ids": e["first_ids"],
-                "max_len": e["max_len"],
-                "longest": e["longest"],
-            }
+            k: {"stop_ids": e["stop_ids"], "first_ids": e["first_ids"], "max_len": e["max_len"],
+                "longest": e["longest"]}
             for k, e in setup.items()
         },  # fmt: skip
         "same_prompts": setup["local"]["prompts"] == setup["vllm"]["prompts"],

@@ -16,14 +16,5 @@ def write_figure(spec: dict, out_prefix):
     return _write(spec, out_prefix)
 
 
-__all__ = [
-    "KINDS",
-    "build_table",
-    "paper_value",
-    "paper_values",
-    "to_csv",
-    "to_latex",
-    "to_markdown",
-    "write_figure",
-    "write_table",
-]
+__all__ = ["KINDS", "build_table", "paper_value", "paper_values", "to_csv", "to_latex", "to_markdown",
+           "write_figure", "write_table"]

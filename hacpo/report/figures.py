@@ -134,25 +134,15 @@ def curves_figure(spec: dict, data: pd.DataFrame, x: str = "step", x_label: str 
     for pi, (ax, panel) in enumerate(zip(axes, panels, strict=False)):
         d = data[data.panel == pi]
         band = ("ci", 95) if d.groupby(["line", x]).size().max() > 1 else None
-        sns.lineplot(
-            d,
-            x=x,
-            y="value",
-            hue="line",
-            palette=palette,
-            errorbar=band,
-            seed=0,
-            marker="o",
-            markersize=3,
-            ax=ax,
-        )
+        sns.lineplot(d, x=x, y="value", hue="line", palette=palette, errorbar=band, seed=0, marker="o",
+                     markersize=3, ax=ax)
         y_label = panel.get("y_label") or spec.get("y_label", "accuracy")
         # a long "agent (pair): metric" title would run into its neighbour's: wrap it at the panel's width
         title = textwrap.fill(panel.get("title", ""), 40, break_on_hyphens=False)
         ax.set(title=title, xlabel=x_label, ylabel=y_label)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps and updates are counts
         ax.legend(title=None, fontsize="small")
-    return _png(fig, axes[len(panels) :], spec.get("title"))
+    return _png(fig, axes[len(panels):], spec.get("title"))
 
 
 def seeds_figure(data: pd.DataFrame, title: str = "", y_label: str = "accuracy") -> bytes:
@@ -168,36 +158,13 @@ def seeds_figure(data: pd.DataFrame, title: str = "", y_label: str = "accuracy")
     palette = dict(zip(methods, sns.color_palette(n_colors=len(methods)), strict=True))
     for ax, panel in zip(axes, panels, strict=False):
         d = data[data.panel == panel]
-        sns.stripplot(
-            d,
-            x="method",
-            y="value",
-            hue="method",
-            palette=palette,
-            order=methods,
-            alpha=0.45,
-            size=4,
-            jitter=0.12,
-            legend=False,
-            ax=ax,
-        )
-        sns.pointplot(
-            d,
-            x="method",
-            y="value",
-            hue="method",
-            palette=palette,
-            order=methods,
-            errorbar="sd",
-            linestyle="none",
-            markers="D",
-            capsize=0.2,
-            legend=False,
-            ax=ax,
-        )
+        sns.stripplot(d, x="method", y="value", hue="method", palette=palette, order=methods, alpha=0.45,
+                      size=4, jitter=0.12, legend=False, ax=ax)
+        sns.pointplot(d, x="method", y="value", hue="method", palette=palette, order=methods,
+                      errorbar="sd", linestyle="none", markers="D", capsize=0.2, legend=False, ax=ax)
         ax.set(title=panel, xlabel="", ylabel=y_label)
         ax.tick_params(axis="x", labelrotation=30)
-    return _png(fig, axes[len(panels) :], title)
+    return _png(fig, axes[len(panels):], title)
 
 
 def write_figure(spec: dict, out_prefix: str | Path) -> list[Path]:

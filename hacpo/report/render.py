@@ -84,20 +84,8 @@ def to_csv(table: Table) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(CSV_COLUMNS)
     for c in table.cells:
-        w.writerow(
-            [
-                name,
-                c.block,
-                c.model,
-                c.method,
-                c.column,
-                _num(c.ours),
-                _num(c.ours_std),
-                "" if c.n_seeds is None else c.n_seeds,
-                _num(c.paper),
-                _num(c.delta(pd_)),
-            ]
-        )
+        w.writerow([name, c.block, c.model, c.method, c.column, _num(c.ours), _num(c.ours_std),
+                    "" if c.n_seeds is None else c.n_seeds, _num(c.paper), _num(c.delta(pd_))])
     return buf.getvalue()
 
 
@@ -106,14 +94,9 @@ def _caption(table: Table) -> list[str]:
     out = [spec["note"]] if spec.get("note") else []
     out += table.notes
     if spec.get("paper_table") and any(c.paper is not None for c in table.cells):  # a task of your own: none
-        out.append(
-            f"Paper: {spec['paper_table']}. "
-            + (
-                "(Δ x) = ours − paper."
-                if spec.get("paper_delta")
-                else "(paper x) = the paper's value, for reference only (different scale; no delta)."
-            )
-        )
+        out.append(f"Paper: {spec['paper_table']}. " + (
+            "(Δ x) = ours − paper." if spec.get("paper_delta") else
+            "(paper x) = the paper's value, for reference only (different scale; no delta)."))
     if table.csv_text is None:  # a kind with its own columns says what its numbers are itself
         out.append("Ours: mean over seeds ± sample std where several seeds exist.")
     return out
@@ -135,28 +118,10 @@ def to_markdown(table: Table) -> str:
     return "\n".join(lines + [" ".join(_caption(table)), ""])
 
 
-_TEX = {
-    "\\": r"\textbackslash{}",
-    "&": r"\&",
-    "%": r"\%",
-    "$": r"\$",
-    "#": r"\#",
-    "_": r"\_",
-    "{": r"\{",
-    "}": r"\}",
-    "~": r"\textasciitilde{}",
-    "^": r"\textasciicircum{}",
-    "×": r"$\times$",
-    "−": "$-$",
-    "±": r"$\pm$",
-    "Δ": r"$\Delta$",
-    "α": r"$\alpha$",
-    "δ": r"$\delta$",
-    "ω": r"$\omega$",
-    "—": "---",
-    "≥": r"$\geq$",
-    "≤": r"$\leq$",
-}
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "×": r"$\times$", "−": "$-$",
+        "±": r"$\pm$", "Δ": r"$\Delta$", "α": r"$\alpha$", "δ": r"$\delta$", "ω": r"$\omega$", "—": "---",
+        "≥": r"$\geq$", "≤": r"$\leq$"}
 
 
 def tex_escape(s: str) -> str:
@@ -171,12 +136,8 @@ def to_latex(table: Table) -> str:
     n = len(head)
     lines = [f"% {spec.get('title') or spec.get('table', '')}".replace("\n", " ")]
     lines += [f"% {c}" for c in ([table.headline] if table.headline else []) + _caption(table)]
-    lines += [
-        r"\begin{tabular}{" + "l" * len(table.labels) + "r" * len(table.headers) + "}",
-        r"\toprule",
-        " & ".join(tex_escape(h) for h in head) + r" \\",
-        r"\midrule",
-    ]
+    lines += [r"\begin{tabular}{" + "l" * len(table.labels) + "r" * len(table.headers) + "}", r"\toprule",
+              " & ".join(tex_escape(h) for h in head) + r" \\", r"\midrule"]
     for gi, (block, rows) in enumerate(table.groups):
         if gi:
             lines.append(r"\midrule")

@@ -83,25 +83,10 @@ def _eval_grid(spec: dict, method_of, paper_method_of, paper_bench_of):
             metric = _req(col, "metric", f"spec column {key!r}")
             vals = _eval_metric(evals[key], metric, f"{where}, column {key!r}")
             ours, std = _mean_std(vals)
-            paper = paper_value(
-                pt,
-                row.get("paper_block"),
-                row.get("paper_model"),
-                paper_method_of(row, col),
-                paper_bench_of(col),
-            )
-            cells.append(
-                Cell(
-                    str(row.get("block", "")),
-                    str(row.get("model", "")),
-                    method_of(row, col),
-                    key,
-                    ours,
-                    std,
-                    len(vals),
-                    paper,
-                )
-            )
+            paper = paper_value(pt, row.get("paper_block"), row.get("paper_model"), paper_method_of(row, col),
+                                paper_bench_of(col))
+            cells.append(Cell(str(row.get("block", "")), str(row.get("model", "")), method_of(row, col), key,
+                              ours, std, len(vals), paper))
             per_seed.append(vals)
         out.append((row, cells, per_seed))
     return out
@@ -117,12 +102,8 @@ def accuracy_table(spec: dict) -> Table:
     (the i-th file of every column is taken as seed i). ``compare_to`` (v2 Table 1 caption): bracketed
     HACPO − <compare_to> differences (ours) in the hacpo rows of the Markdown/LaTeX.
     """
-    grid = _eval_grid(
-        spec,
-        lambda r, c: str(r.get("method", "")),
-        lambda r, c: r.get("paper_method"),
-        lambda c: c.get("paper"),
-    )
+    grid = _eval_grid(spec, lambda r, c: str(r.get("method", "")), lambda r, c: r.get("paper_method"),
+                      lambda c: c.get("paper"))
     headers = [str(c.get("label", c["key"])) for c in spec["columns"]]
     items = []
     for row, cells, per_seed in grid:
@@ -130,52 +111,22 @@ def accuracy_table(spec: dict) -> Table:
             means = [c.ours for c in cells]
             avg = None if any(m is None for m in means) else mean(means)
             ns = {len(v) for v in per_seed}
-            std = (
-                stdev([mean(s) for s in zip(*per_seed, strict=True)])
-                if avg is not None and len(ns) == 1 and min(ns) > 1
-                else None
-            )
-            paper = paper_value(
-                spec.get("paper_table"),
-                row.get("paper_block"),
-                row.get("paper_model"),
-                row.get("paper_method"),
-                "avg",
-            )
-            cells.append(
-                Cell(
-                    cells[0].block,
-                    cells[0].model,
-                    cells[0].method,
-                    "avg",
-                    avg,
-                    std,
-                    min(ns) if avg is not None else 0,
-                    paper,
-                )
-            )
-        items.append(
-            (
-                row,
-                [
-                    str(row.get("model_label", row.get("model", ""))),
-                    str(row.get("label", row.get("method", ""))),
-                ],
-                cells,
-            )
-        )
+            std = stdev([mean(s) for s in zip(*per_seed, strict=True)]) if avg is not None and len(ns) == 1 \
+                and min(ns) > 1 else None
+            paper = paper_value(spec.get("paper_table"), row.get("paper_block"), row.get("paper_model"),
+                                row.get("paper_method"), "avg")
+            cells.append(Cell(cells[0].block, cells[0].model, cells[0].method, "avg", avg, std,
+                              min(ns) if avg is not None else 0, paper))
+        items.append((row, [str(row.get("model_label", row.get("model", ""))),
+                            str(row.get("label", row.get("method", "")))], cells))
     if spec.get("avg"):
         headers.append("AVG")
     notes = []
     figure = None
     if spec.get("figure"):  # each seed's AVG (or its one column) per agent and method
         points = [
-            {
-                "panel": f"{row.get('block_label') or row.get('block', '')}: {labels[0]}",
-                "method": labels[1],
-                "seed": i,
-                "value": mean(vals) if len(vals) > 1 else vals[0],
-            }
+            {"panel": f"{row.get('block_label') or row.get('block', '')}: {labels[0]}", "method": labels[1],
+             "seed": i, "value": mean(vals) if len(vals) > 1 else vals[0]}
             for (row, labels, _), (_, _, per_seed) in zip(items, grid, strict=True)
             for i, vals in enumerate(zip(*per_seed, strict=True))
         ]
@@ -231,11 +182,8 @@ def ratio_stats_table(spec: dict) -> Table:
         stat, agent = _req(row, "stat", where), _req(row, "agent", where)
         key, vals, paths = Metric.of(agent, f"{stat}_mean"), [], _req(row, "metrics", where)
         for p in paths:
-            vals += [
-                float(r[key])
-                for r in read_rows(p, where)
-                if r.get(key) is not None and not math.isnan(float(r[key]))
-            ]
+            vals += [float(r[key]) for r in read_rows(p, where) if r.get(key) is not None
+                     and not math.isnan(float(r[key]))]
         if not vals:
             raise ValueError(f"{where}: no step has {key!r} in {[str(p) for p in paths]}")
         stats = {"mean": mean(vals), "max": max(vals), "min": min(vals), "range": max(vals) - min(vals)}
@@ -244,22 +192,11 @@ def ratio_stats_table(spec: dict) -> Table:
             k = _req(col, "key", "spec column")
             if k not in stats:
                 raise ValueError(f"spec column {k!r}: unknown statistic (known: {sorted(stats)})")
-            paper = paper_value(
-                pt, row.get("paper_block"), row.get("paper_model"), row.get("paper_method"), f"{stat}_{k}"
-            )
-            cells.append(
-                Cell(
-                    str(row.get("block", "")),
-                    str(row.get("model", agent)),
-                    str(row.get("method", row.get("paper_method") or "hacpo")),
-                    f"{stat}_{k}",
-                    stats[k],
-                    None,
-                    len(paths),
-                    paper,
-                    fmt=".5f",
-                )
-            )
+            paper = paper_value(pt, row.get("paper_block"), row.get("paper_model"), row.get("paper_method"),
+                                f"{stat}_{k}")
+            cells.append(Cell(str(row.get("block", "")), str(row.get("model", agent)),
+                              str(row.get("method", row.get("paper_method") or "hacpo")), f"{stat}_{k}",
+                              stats[k], None, len(paths), paper, fmt=".5f"))
         items.append((row, [str(row.get("label", stat))], cells))
     notes = ["Per-step value: mean sequence importance ratio of the step; stats over all steps and seeds."]
     return Table(spec, ["ratio"], [str(c.get("label", c["key"])) for c in cols], _group(items), notes)
@@ -267,34 +204,21 @@ def ratio_stats_table(spec: dict) -> Table:
 
 def seeds_table(spec: dict) -> Table:
     """Table 6: accuracy per seed and a mean ± std column across seeds (ours only)."""
-    grid = _eval_grid(
-        spec,
-        lambda r, c: str(r.get("method", "")),
-        lambda r, c: r.get("paper_method"),
-        lambda c: c.get("paper"),
-    )
+    grid = _eval_grid(spec, lambda r, c: str(r.get("method", "")), lambda r, c: r.get("paper_method"),
+                      lambda c: c.get("paper"))
     items = []
     for row, cells, _ in grid:
         vals = [c.ours for c in cells if c.ours is not None]
         m, s = _mean_std(vals)
         cells.append(Cell(cells[0].block, cells[0].model, cells[0].method, "mean", m, s, len(vals)))
-        items.append(
-            (
-                row,
-                [
-                    str(row.get("model_label", row.get("model", ""))),
-                    str(row.get("label", row.get("method", ""))),
-                ],
-                cells,
-            )
-        )
+        items.append((row, [str(row.get("model_label", row.get("model", ""))),
+                            str(row.get("label", row.get("method", "")))], cells))
     headers = [str(c.get("label", c["key"])) for c in spec["columns"]] + ["mean ± std"]
     return Table(spec, ["model", "method"], headers, _group(items))
 
 
 def alpha_table(spec: dict) -> Table:
     """α ablation (v1 Table 4): accuracy per model for α = 0..3; the paper method comes from the column."""
-
     def method(r, c):
         return str(c.get("method") or c.get("paper_method") or f"hacpo_alpha{c['key']}")
 
@@ -352,7 +276,6 @@ def runtime_table(spec: dict) -> Table:
     Single-agent methods: total = sum of the per-model means; joint methods (row key ``overall``): one job.
     The column "relative to GSPO total" is the comparable number across scales (ours and paper alike).
     """
-
     def value_of(paths, where):
         vals = [float(_req(read_json(p, where), "wall_s", f"{where}, {p}")) for p in paths or []]
         return *_mean_std(vals), len(vals)
@@ -372,36 +295,19 @@ def runtime_table(spec: dict) -> Table:
         else:
             ms = [per_model[c["key"]][0] for c in model_cols]
             ps = [papers[c["key"]] for c in model_cols]
-            p_total = (
-                papers["total"] if papers["total"] is not None else (sum(ps) if None not in ps else None)
-            )
-            cells.append(
-                Cell(
-                    blk,
-                    "total",
-                    method,
-                    "total",
-                    None if None in ms else sum(ms),
-                    None,
-                    min(per_model[c["key"]][2] for c in model_cols),
-                    p_total,
-                    **kw,
-                )
-            )
+            p_total = papers["total"] if papers["total"] is not None else \
+                (sum(ps) if None not in ps else None)
+            cells.append(Cell(blk, "total", method, "total", None if None in ms else sum(ms), None,
+                              min(per_model[c["key"]][2] for c in model_cols), p_total, **kw))
         items.append((method, row, cells))
     ref = spec.get("reference_method", "gspo")
     _relative(items, ref, f"rel_{ref}_total", "runtime table")
-    headers = [f"{c.get('label', c['key'])} [s]" for c in model_cols] + [
-        f"{total_col.get('label', 'total')} [s]",
-        f"relative to {ref.upper()} total",
-    ]
-    notes = [
-        "Ours: wall-clock seconds (mean ± std over seeds); paper: minutes. Only the relative column is "
-        "comparable across scales."
-    ]
-    return Table(
-        spec, ["method"], headers, _group([(r, [str(r.get("label", m))], c) for m, r, c in items]), notes
-    )
+    headers = [f"{c.get('label', c['key'])} [s]" for c in model_cols] + \
+        [f"{total_col.get('label', 'total')} [s]", f"relative to {ref.upper()} total"]
+    notes = ["Ours: wall-clock seconds (mean ± std over seeds); paper: minutes. Only the relative column is "
+             "comparable across scales."]
+    return Table(spec, ["method"], headers, _group([(r, [str(r.get("label", m))], c) for m, r, c in items]),
+                 notes)
 
 
 def memory_table(spec: dict) -> Table:
@@ -412,16 +318,12 @@ def memory_table(spec: dict) -> Table:
     over the models' runs (max) for single-agent methods, or the joint job (``overall``); the paper's is
     likewise the max of its per-model values. "relative to GSPO" = total / GSPO total.
     """
-
     def value_of(paths, where):
         profs = [read_json(p, where) for p in paths or []]
         gpu = bool(profs) and all(p.get("peak_gpu_mem_mb") is not None for p in profs)
         mb = [float(_req(p, "peak_gpu_mem_mb" if gpu else "peak_rss_mb", f"{where}, profile")) for p in profs]
-        pct = (
-            [100 * p["peak_gpu_mem_mb"] / p["gpu_total_mb"] for p in profs]
-            if gpu and all(p.get("gpu_total_mb") for p in profs)
-            else None
-        )
+        pct = [100 * p["peak_gpu_mem_mb"] / p["gpu_total_mb"] for p in profs] \
+            if gpu and all(p.get("gpu_total_mb") for p in profs) else None
         return mb, pct, "GPU" if gpu else "RSS"
 
     bench = spec.get("paper_benchmark", "gpu_memory_pct")
@@ -435,96 +337,47 @@ def memory_table(spec: dict) -> Table:
         """
         mb, pct, src = v
         m, s = _mean_std(mb)
-        c_mb = Cell(
-            blk,
-            model,
-            method,
-            f"{column}_mb",
-            m,
-            s,
-            len(mb),
-            paper,
-            comparable=False,
-            fmt=".0f",
-            unit=f" MB {src}",
-            pfmt=".1f",
-            punit="%",
-            prefix=prefix,
-        )
+        c_mb = Cell(blk, model, method, f"{column}_mb", m, s, len(mb), paper, comparable=False, fmt=".0f",
+                    unit=f" MB {src}", pfmt=".1f", punit="%", prefix=prefix)
         if pct is None:
             return c_mb, (m, src)
         csv_only.append(c_mb)
-        return Cell(
-            blk,
-            model,
-            method,
-            column,
-            *_mean_std(pct),
-            len(pct),
-            paper,
-            fmt=".1f",
-            unit="%",
-            prefix=f"{prefix}{m:.0f} MB {src}, ",
-        ), (m, src)
+        return Cell(blk, model, method, column, *_mean_std(pct), len(pct), paper, fmt=".1f", unit="%",
+                    prefix=f"{prefix}{m:.0f} MB {src}, "), (m, src)
 
     basis = {}
     for row, method, per_model, overall, papers, pov in rows:
         blk = str(row.get("block", spec.get("paper_block") or ""))
-        got = [
-            None if per_model.get(k) is None else cell(blk, k, method, k, per_model[k], papers[k])
-            for k in (c["key"] for c in model_cols)
-        ]
+        got = [None if per_model.get(k) is None else cell(blk, k, method, k, per_model[k], papers[k])
+               for k in (c["key"] for c in model_cols)]
         cells: list[Cell | None] = [g and g[0] for g in got]
         if "overall" in row:
             total, basis[method] = cell(blk, "overall", method, "total", overall, pov, prefix="overall ")
         else:  # the peak (max MB) over the models' runs; the paper's likewise
             ps = [papers[c["key"]] for c in model_cols]
-            p_total = (
-                papers["total"]
-                if papers["total"] is not None
-                else (max(ps) if ps and None not in ps else None)
-            )
+            p_total = papers["total"] if papers["total"] is not None else \
+                (max(ps) if ps and None not in ps else None)
             complete = got and all(g and g[1][0] is not None for g in got)
             top = max(got, key=lambda g: g[1][0]) if complete else None
             basis[method] = top[1] if top else (None, "")
-            total = (
-                replace(top[0], model="total", column="total", paper=p_total)
-                if top
-                else Cell(blk, "total", method, "total", None, paper=p_total, fmt=".1f", punit="%")
-            )
+            total = replace(top[0], model="total", column="total", paper=p_total) if top else \
+                Cell(blk, "total", method, "total", None, paper=p_total, fmt=".1f", punit="%")
         cells.append(total)
         items.append((method, row, cells))
     ref = spec.get("reference_method", "gspo")
     _relative(items, ref, f"rel_{ref}", "memory table", basis)
-    headers = [str(c.get("label", c["key"])) for c in model_cols] + [
-        f"{total_col.get('label', 'total')} (peak)",
-        f"relative to {ref.upper()}",
-    ]
-    notes = [
-        "Ours: peak GPU memory (MB, and % of the device when known) or, without a GPU, peak process RSS "
-        "(MB); paper: % of GPU memory. Total = max over the models' runs, or the joint job; the "
-        "relative column compares our peak MB (ours) and the paper's % (paper)."
-    ]
-    return Table(
-        spec,
-        ["method"],
-        headers,
-        _group([(r, [str(r.get("label", m))], c) for m, r, c in items]),
-        notes,
-        csv_only,
-    )
+    headers = [str(c.get("label", c["key"])) for c in model_cols] + \
+        [f"{total_col.get('label', 'total')} (peak)", f"relative to {ref.upper()}"]
+    notes = ["Ours: peak GPU memory (MB, and % of the device when known) or, without a GPU, peak process RSS "
+             "(MB); paper: % of GPU memory. Total = max over the models' runs, or the joint job; the "
+             "relative column compares our peak MB (ours) and the paper's % (paper)."]
+    return Table(spec, ["method"], headers, _group([(r, [str(r.get("label", m))], c) for m, r, c in items]),
+                 notes, csv_only)
 
 
-KINDS = {
-    "accuracy": accuracy_table,
-    "hyperparams": hyperparams_table,
-    "ratio_stats": ratio_stats_table,
-    "seeds": seeds_table,
-    "alpha": alpha_table,
-    "runtime": runtime_table,
-    "memory": memory_table,
-    "claims": claims.claims_table,
-}
+KINDS = {"accuracy": accuracy_table, "hyperparams": hyperparams_table, "ratio_stats": ratio_stats_table,
+         "seeds": seeds_table, "alpha": alpha_table, "runtime": runtime_table, "memory": memory_table,
+         "claims": claims.claims_table}
 
 
 def build_table(spec: dict) -> Table:
@@ -555,14 +408,5 @@ def write_table(spec: dict, out_prefix: str | Path, figure_prefix: str | Path | 
     return paths
 
 
-__all__ = [
-    "KINDS",
-    "Cell",
-    "Table",
-    "build_table",
-    "tex_escape",
-    "to_csv",
-    "to_latex",
-    "to_markdown",
-    "write_table",
-]
+__all__ = ["KINDS", "Cell", "Table", "build_table", "tex_escape", "to_csv", "to_latex", "to_markdown",
+           "write_table"]

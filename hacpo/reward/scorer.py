@@ -65,7 +65,9 @@ class Scorer:
             timeout_s = VERIFIER_TIMEOUT_S if custom else MATH_VERIFY_TIMEOUT_S
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s!r}")
-        self.verifier = VerifierRunner(reward, workers, float(timeout_s), retry_budget_s) if custom else None
+        self.verifier = (
+            VerifierRunner(reward, workers, float(timeout_s), retry_budget_s) if custom else None
+        )
         self.workers = workers
         self.reward = reward
         self.timeout_s = float(timeout_s)

@@ -29,6 +29,7 @@ after preloading is OpenBLAS's pool (started by ``import numpy``), which OpenBLA
 loop over the listening socket, the client connections and each child's pidfd (Linux ≥ 5.3).
 """
 
+
 from .client import ENV_VAR, delegate, ping, start_background, stop
 from .commands import add_cli
 

@@ -129,6 +129,7 @@ def delegate(argv: list[str]) -> int | None:
             signal.signal(s, h)
 
 
+
 def start_background(
     socket_path: str,
     log_path: str,
@@ -180,3 +181,4 @@ def stop(socket_path: str, timeout_s: float = 30) -> bool:
     finally:
         sock.close()
     return True
+

@@ -47,6 +47,7 @@ _MAX_REQUEST = 16 << 20
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
+
 def _log(msg: str) -> None:
     print(
         f"{time.strftime('%Y-%m-%d %H:%M:%S')} hacpo-worker[{os.getpid()}] {msg}", file=sys.stderr, flush=True
@@ -522,3 +523,4 @@ def serve(
     finally:
         server.close()
     _log("exited")
+

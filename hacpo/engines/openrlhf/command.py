@@ -159,15 +159,7 @@ def build_command(
     (agent,) = cfg.agents
     rows = cfg.prompts_per_step * cfg.group_size * method.rollout_multiplier
     args = _train_args(
-        cfg,
-        opts,
-        agent,
-        layout.prompts,
-        layout.ckpt,
-        layout.final,
-        layout,
-        rows,
-        opts.gpus_per_node,
+        cfg, opts, agent, layout.prompts, layout.ckpt, layout.final, layout, rows, opts.gpus_per_node,
         lora=cfg.agent_adapter(0),
     )
     if cfg.val_file and cfg.val_size and cfg.val_every:  # greedy pass@1 on the validation file
@@ -283,16 +275,7 @@ def joint_agent_args(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, k:
     rows = method.rows_per_learner(cfg.prompts_per_step * cfg.group_size, len(cfg.agents))
     gpus = agent_gpus(cfg, opts)[k]
     args = _train_args(
-        cfg,
-        opts,
-        agent,
-        paths.prompts,
-        paths.ckpt,
-        paths.final,
-        layout,
-        rows,
-        gpus,
-        gspo=True,
+        cfg, opts, agent, paths.prompts, paths.ckpt, paths.final, layout, rows, gpus, gspo=True,
         lora=cfg.agent_adapter(k),
     )
     return args + list(opts.extra_args)  # no OpenRLHF loggers: the run loop writes TensorBoard and W&B

@@ -102,16 +102,11 @@ class MemorySampler:
         if not self.device_peak_mb:
             note = self.error or "no GPU"
             return {"peak_rss_mb": self.peak_rss_mb, "peak_gpu_mem_mb": None, "gpu_total_mb": None}, {
-                "gpu_memory_note": note,
-                "peak_host_mb_per_process": host,
+                "gpu_memory_note": note, "peak_host_mb_per_process": host
             }
-        peaks, source = (
-            (self.ours_peak_mb, "this job's processes")
-            if self.ours_peak_mb
-            else (
-                self.device_peak_mb,
-                "device used memory (NVML named no process of this job: other jobs on the GPU count too)",
-            )
+        peaks, source = (self.ours_peak_mb, "this job's processes") if self.ours_peak_mb else (
+            self.device_peak_mb,
+            "device used memory (NVML named no process of this job: other jobs on the GPU count too)",
         )
         busiest = max(peaks, key=peaks.get)
         main = {"peak_rss_mb": self.peak_rss_mb, "peak_gpu_mem_mb": peaks[busiest],

@@ -121,6 +121,7 @@ def phase_totals(rows: list[dict]) -> dict[str, float]:
     return dict(total)
 
 
+
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _RAY_PREFIX = re.compile(r"^\((?P<actor>[\w.:]+) pid=(?P<pid>\d+)(?:, ip=[\d.]+)?\)\s?")  # Ray's worker lines
 _ERROR = re.compile(r"^(?:[\w.]+(?:Error|Exception|Exit|Interrupt)\b|ray\.exceptions\.)")
