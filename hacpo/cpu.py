@@ -55,16 +55,24 @@ def keep_freed_memory(mmap_threshold: int = 512 << 20, trim_threshold: int = 1 <
     return bool(ok)
 
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
-    """The processor's feature flags as the kernel reports them (empty where there is no /proc/cpuinfo)."""
+def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor's fields as the kernel reports them (``model name``, ``flags``, …); empty where
+    there is no /proc/cpuinfo."""
     try:
         text = open(cpuinfo).read()
     except OSError:
-        return frozenset()
+        return {}
+    fields: dict[str, str] = {}
     for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The processor's feature flags as the kernel reports them (empty where there is no /proc/cpuinfo)."""
+    return frozenset(cpu_fields(cpuinfo).get("flags", "").split())
 
 
 # Flags of CPUs that compute bf16 matmuls in hardware; on others (AVX-512 alone) oneDNN emulates bf16 and a

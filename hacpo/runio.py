@@ -257,10 +257,10 @@ class RunRecord:
             raise ValueError(
                 f"{run_dir} holds a run with a different config; choose another out_dir or delete it"
             )
-        here = machine()
-        if prev is not None and prev.machine and machine_type(prev.machine) != machine_type(here):
+        recorded = prev.machine if prev is not None else None  # runs before this field: no check
+        if recorded and machine_type(recorded) != machine_type(here := machine()):
             raise ValueError(
-                f"{run_dir} holds a run of another machine type ({machine_type(prev.machine)}; this one is "
+                f"{run_dir} holds a run of another machine type ({machine_type(recorded)}; this one is "
                 f"{machine_type(here)}): a run's numbers are specific to its machine's kernels, so it is "
                 "never resumed or replaced elsewhere. Give each machine its own results folder and combine "
                 "them with `results_from:` (docs/statistics.md)"
@@ -569,17 +569,12 @@ KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
     """What a run's numbers depend on beyond its config: the CPU's model name and :data:`KERNEL_FLAGS`, and
     the GPU's name where CUDA is in use. Recorded in ``run.json``; :func:`machine_type` names it."""
-    from hacpo.cpu import cpu_flags
+    from hacpo.cpu import cpu_fields
 
-    name = ""
-    with contextlib.suppress(OSError):
-        for line in open(cpuinfo).read().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    flags = cpu_flags(cpuinfo)
+    fields = cpu_fields(cpuinfo)  # one read of /proc/cpuinfo for the name and the flags
+    flags = set(fields.get("flags", "").split())
     out = {
-        "cpu": name or platform.processor() or platform.machine(),
+        "cpu": fields.get("model name") or platform.processor() or platform.machine(),
         "flags": [f for f in KERNEL_FLAGS if f in flags],
     }
     with contextlib.suppress(Exception):

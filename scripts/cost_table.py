@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import os
 import sys
 from datetime import date
 from pathlib import Path
@@ -75,5 +74,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__" and os.environ.get("HACPO_NO_MAIN") != "1":
+if __name__ == "__main__":
     sys.exit(main())

@@ -410,13 +410,11 @@ class Pipeline:
 
     def look_sizes(self, name: str, previous: str | None) -> dict[str, int]:
         """Each row's seeds at the look after ``previous`` (a look's record; None: the first look)."""
-        from hacpo.report.claims import row_key
         from hacpo.report.looks import next_sizes
 
         t = self.cfg.tables[name]
         record = json.loads(Path(previous).read_text()) if previous else None
-        keys = [row_key({"claim": r["claim"]["claim"], "pair": r["block"], "agent": r["model"]})
-                for r in self.table(name)[1]["rows"]]  # fmt: skip
+        keys = self.views.claim_row_keys(name)
         return next_sizes(keys, record, len(t.seeds), t.sequential.block, t.sequential.max)
 
     def claims_look(self, name: str, sizes: dict[str, int]) -> tuple[list[str], dict]:

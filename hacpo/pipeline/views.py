@@ -348,6 +348,12 @@ class Views:
         sequential = q and {"start": len(t.seeds), "block": q.block, "max": q.max, "spending": q.spending}
         return files, {"rows": rows, "sequential": sequential if sizes is not None else None}
 
+    def claim_row_keys(self, name: str) -> list[str]:
+        """Every row of scorecard ``name`` (:func:`claim_row_key`), in the card's order, without its files."""
+        t = self.cfg.tables[name]
+        return [claim_row_key(cid, pair, agent) for cid, c in t.claims.items()
+                for pair, agent, _ in self._claim_groups(c)]  # fmt: skip
+
     def claims_look(self, name: str, sizes: dict[str, int]) -> tuple[list[str], dict]:
         """``(input files, spec)`` of one look of a sequential scorecard: each open row at its seeds."""
         t = self.cfg.tables[name]

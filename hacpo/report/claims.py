@@ -99,15 +99,20 @@ def row_key(row: dict) -> str:
     return f"{row['claim']}/{row['pair']}/{row['agent']}"
 
 
-def unit_machine(runs: list[str], where: str) -> str:
+def unit_machine(runs: list[str], where: str, read: dict[str, str | None] | None = None) -> str:
     """The machine type of one seed's runs (their ``run.json``): the stratum its paired difference belongs
     to. Both sides of a pair must come from one machine: a difference across two machines' kernels would mix
-    the machine's effect into the method's."""
+    the machine's effect into the method's. ``read``: run.json path → its machine type, filled as read (a
+    run serves many rows of a card: each is read once)."""
+    read = {} if read is None else read
     kinds = set()
     for path in runs:
-        record = RunRecord.read(Path(path).parent)
-        if record is not None:
-            kinds.add(machine_type(record.machine) if record.machine else UNRECORDED)
+        if path not in read:
+            record = RunRecord.read(Path(path).parent)
+            kind = machine_type(record.machine) if record is not None and record.machine else UNRECORDED
+            read[path] = None if record is None else kind
+        if read[path] is not None:
+            kinds.add(read[path])
     if len(kinds) > 1:
         raise ValueError(
             f"{where}: its runs come from different machines ({sorted(kinds)}); a seed's sides "
@@ -116,19 +121,20 @@ def unit_machine(runs: list[str], where: str) -> str:
     return kinds.pop() if kinds else UNRECORDED
 
 
-def design_of(spec: dict | None, counts: dict[str, int]) -> stats.Design:
-    """The row's design: one look at its seeds, or the sequential design its table declares (looks on the
-    first machine, the other machines' seeds pooled at every look)."""
-    if not spec:
+def design_of(sequential: dict | None, counts: dict[str, int], home: str) -> stats.Design:
+    """The row's design: one look at its seeds, or the sequential design its table declares, seeds added on
+    ``home`` (this results folder's machine), the other machines' seeds pooled at every look."""
+    if not sequential:
         return stats.Design.fixed(counts)
-    here, others = spec["machine"], {m: n for m, n in counts.items() if m != spec["machine"]}
-    return stats.Design.sequential(spec["start"], spec["block"], spec["max"], spec["spending"], here, others)
+    others = {m: n for m, n in counts.items() if m != home}
+    q = sequential
+    return stats.Design.sequential(q["start"], q["block"], q["max"], q["spending"], home, others)
 
 
 def scorecard(spec: dict) -> Scorecard:
     """Every row's paired test, the family's correction over the tested rows, the headline and the notes."""
     rows, seed_rows, tests, notes = [], [], [], []
-    sequential = spec.get("sequential")
+    sequential, machine_read = spec.get("sequential"), {}
     for row in spec["rows"]:
         t = row["claim"]
         where = f"claim {t['claim']!r} ({row.get('block')}, {row.get('model')})"
@@ -136,9 +142,9 @@ def scorecard(spec: dict) -> Scorecard:
         a, b = side_values(t["a"], units, where), side_values(t["b"], units, where)
         diffs = [_effect(a[u], b[u], t.get("ratio", False)) for u in units]
         runs = t.get("runs", {})
-        machines = [unit_machine(runs.get(u, []), f"{where}, seed {u}") for u in units]
+        machines = [unit_machine(runs.get(u, []), f"{where}, seed {u}", machine_read) for u in units]
         counts = dict(collections.Counter(machines))
-        design = design_of(sequential and {**sequential, "machine": _home(machines, sequential)}, counts)
+        design = design_of(sequential, counts, home=machines[0])  # this folder's seeds come first
         test = stats.paired_test(
             diffs, t["direction"], margin=t.get("margin"), strata=machines, design=design
         )
@@ -203,11 +209,6 @@ def _power_to_decide(design: stats.Design, test: stats.PairedTest, direction: st
 
 def _seed(unit: str) -> int:
     return int(unit.rpartition(":")[2])
-
-
-def _home(machines: list[str], sequential: dict) -> str:
-    """The machine a sequential design adds seeds on: the one of this results folder's seeds."""
-    return sequential.get("machine") or (machines[0] if machines else "")
 
 
 def _look_of(design: stats.Design, machines: list[str], i: int) -> int:

@@ -118,7 +118,7 @@ class Design:
         if math.isinf(x):
             return 0.0
         if len(self.looks) == 1:
-            return float(2 * stats.t.sf(abs(x), self.df(0))) if self.df(0) > 0 else 1.0
+            return float(2 * stats.t.sf(x, self.df(0))) if self.df(0) > 0 else 1.0
         table = _boundary_table(self)[:, k]  # decreasing in α
         if x >= table[0]:
             return float(_ALPHA_GRID[0])
@@ -132,11 +132,12 @@ class Design:
         return float(np.exp(lo + w * (hi - lo)))
 
 
-def _look_statistics(design: Design, diffs: dict[str, np.ndarray]):
-    """Mean, standard error and degrees of freedom at every look (``[..., K]`` arrays); ``diffs[stratum]``
-    holds that stratum's differences in look order on its last axis (leading axes: independent paths)."""
+def _look_statistics(design: Design, diffs: dict[str, np.ndarray], looks: int | None = None):
+    """Mean and standard error at each of the first ``looks`` looks (all: ``None``), ``[..., looks]`` arrays;
+    ``diffs[stratum]`` holds that stratum's differences in look order on its last axis (leading axes:
+    independent paths), at least as many as the last of those looks reads."""
     means, ses = [], []
-    for k, look in enumerate(design.looks):
+    for k, look in enumerate(design.looks[:looks]):
         total, ss = 0.0, 0.0
         for s, n in zip(design.strata, look, strict=True):
             if n:
@@ -191,9 +192,7 @@ class PairedTest:
 
     n: int
     mean: float
-    sd: (
-        float | None
-    )  # pooled within-machine standard deviation of the differences; None without spread to test
+    sd: float | None  # pooled within-machine spread of the differences; None without spread to test
     ci_low: float | None
     ci_high: float | None
     p_value: float | None  # two-sided, H0: mean difference 0 (a repeated p-value over a design's looks)
@@ -239,7 +238,7 @@ def paired_test(diffs, direction: str, level: float = LEVEL, *, margin: float | 
     design = design or Design.fixed(counts)
     last = design.look_of(counts)
     alpha = 1 - level
-    mean, se = _look_statistics(design, by)
+    mean, se = _look_statistics(design, by, last + 1)  # the looks up to this one: later ones have no data
     for k, look in enumerate(design.looks[: last + 1]):  # every difference equal: the mean is that value
         seen = np.concatenate([by[s][:n] for s, n in zip(design.strata, look, strict=True) if n])
         if np.ptp(seen) == 0:

@@ -309,16 +309,16 @@ class VerifierRunner:
     def _score_unique(self, items, responses, answers, metadata, ids) -> tuple[dict, dict]:
         """``items`` (indices of distinct items) → (values, errors) by index: batch calls, one per worker,
         then the items of failed batches retried in parallel under the step's budget."""
-        size = -(-len(items) // self.workers)  # one call per worker
-        parts = [items[s : s + size] for s in range(0, len(items), size)]
-        calls = [
-            ([responses[i] for i in p], [answers[i] for i in p], [metadata[i] for i in p]) for p in parts
-        ]
         values: dict[int, float] = {}
         retry: list[int] = []
         errors: dict[int, str] = {}
         if not self.batch_ok:  # a batch failed this step: item by item from the start, no batch deadline
             return self._score_singly(list(items), responses, answers, metadata, values, errors)
+        size = -(-len(items) // self.workers)  # one call per worker
+        parts = [items[s : s + size] for s in range(0, len(items), size)]
+        calls = [
+            ([responses[i] for i in p], [answers[i] for i in p], [metadata[i] for i in p]) for p in parts
+        ]
         t0 = time.monotonic()
         # the budget spent, this step's verifier is misbehaving: a first try gets a short deadline too
         first = self.pool.run(calls, budget_s=None if self.budget_left > 0 else self.spent_deadline_s)

@@ -1,4 +1,5 @@
 # Config validation, wildcard constraints and the thin input/params functions over hacpo.pipeline.
+import functools
 import sys
 
 from hacpo.pipeline import Pipeline, Unrecorded, as_json
@@ -92,14 +93,19 @@ def claims_spec(wildcards):
     return as_json(PIPE.table(wildcards.claims)[1])
 
 
-# A sequential scorecard's look k: the rows still open after look k − 1 get a block of new seeds.
-def _look(wildcards):
-    k, previous = int(wildcards.k), None
+# A sequential scorecard's look k: the rows still open after look k − 1 get a block of new seeds. Its inputs,
+# spec and previous record are one computation, made once a look (a failed checkpoint lookup is not kept).
+@functools.lru_cache(maxsize=None)
+def _look_of(claims, k):
+    previous = None
     if k > 1:
-        prev = checkpoints.claims_look.get(claims=wildcards.claims, k=k - 1)
-        previous = prev.output.record
-    sizes = PIPE.look_sizes(wildcards.claims, previous)
-    return PIPE.claims_look(wildcards.claims, sizes), previous
+        previous = checkpoints.claims_look.get(claims=claims, k=k - 1).output.record
+    sizes = PIPE.look_sizes(claims, previous)
+    return PIPE.claims_look(claims, sizes), previous
+
+
+def _look(wildcards):
+    return _look_of(wildcards.claims, int(wildcards.k))
 
 
 def look_inputs(wildcards):
