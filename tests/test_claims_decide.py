@@ -184,6 +184,42 @@ def _table(**change) -> dict:
     return cfg
 
 
+def test_a_time_budget_counts_the_added_seeds_runs_once_and_closes_every_row_when_spent(tmp_path):
+    from hacpo.runio import Profile
+
+    def run(name: str, wall_s: float) -> str:
+        d = tmp_path / name
+        d.mkdir()
+        Profile("local", wall_s, 8, {}, 0.0, 0.0, 100.0).write(d)
+        return str(d / "run.json")
+
+    first, shared, own, other = run("s0", 5000.0), run("s2", 1800.0), run("s2b", 900.0), run("x2", 7200.0)
+    spec = {
+        "sequential": {"start": 1, "block": 1, "max": 3, "spending": "pocock", "max_hours": 1.0},
+        "rows": [
+            {"claim": {"order": ["0", "2", "0:2"], "origins": {"0:2": "xeon"},
+                       "runs": {"0": [first], "2": [shared, own], "0:2": [other]}}},
+            {"claim": {"order": ["0", "2"], "runs": {"0": [first], "2": [shared]}}},
+        ],
+    }  # fmt: skip
+    # seed 2's two runs, the shared one once; not the first look's seed, not another machine's
+    assert looks.added_train_hours(spec) == pytest.approx((1800 + 900) / 3600)
+    rows = {"a": {"open": True, "n": 2}, "b": {"open": False, "n": 3}}
+    looks.close_when_spent(rows, 0.75, 1.0)
+    assert rows["a"]["open"]
+    looks.close_when_spent(rows, 0.75, None)
+    assert rows["a"]["open"]
+    looks.close_when_spent(rows, 1.0, 1.0)
+    assert not rows["a"]["open"] and not rows["b"]["open"]
+    record = {
+        "design": spec["sequential"], "done": True, "added_train_hours": 1.02,
+        "rows": {"a": {"n": 2, "verdict": "undecided"}, "b": {"n": 3, "verdict": "holds"}},
+        "looks": [{"look": 1, "rows": {"a": {"n": 2, "verdict": "undecided"}}}],
+    }  # fmt: skip
+    text = looks.looks_markdown(record)
+    assert "time budget is spent (1.02 h of 1 h)" in text and "capped at 1 h" in text
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -193,6 +229,7 @@ def _table(**change) -> dict:
         ({"sequential": {"max": 5, "added_seeds": [5]}}, "lists 1 seeds; max 5 needs 3"),
         ({"sequential": {"max": 4, "spending": "haybittle"}}, "spending"),
         ({"margins": {"avg": -0.1}}, "margins"),
+        ({"sequential": {"max": 4, "max_hours": 0}}, "max_hours"),
     ],
 )
 def test_a_malformed_sequential_table_is_refused_naming_its_key(change, message):
@@ -251,7 +288,7 @@ def test_a_look_plans_only_its_open_rows_seeds_and_another_machines_folder_joins
     assert all(f.startswith(str(tmp_path / "xeon")) for f in test["runs"]["0:2"]) and test["runs"]["2"]
     elsewhere = [f for f in files if f.startswith(str(tmp_path / "xeon"))]
     assert elsewhere and {f.replace(str(tmp_path / "xeon"), pipe.results) for f in elsewhere} <= set(files)
-    assert spec["sequential"] == {"start": 2, "block": 1, "max": 3, "spending": "pocock"}
+    assert spec["sequential"] == {"start": 2, "block": 1, "max": 3, "spending": "pocock", "max_hours": None}
     assert json.dumps(spec)  # a job's spec is JSON
     with pytest.raises(ValueError, match=r"tables.claims_sequential.results_from.0: .*xeon is not a hacpo"):
         check_results_from(pipe)  # before any job: the folder is not there yet

@@ -345,7 +345,10 @@ class Views:
                 row = {"block": pair, "model": agent, "model_label": label, "label": cid, "claim": test}
                 rows.append(row)
         q = t.sequential
-        sequential = q and {"start": len(t.seeds), "block": q.block, "max": q.max, "spending": q.spending}
+        sequential = q and {
+            "start": len(t.seeds), "block": q.block, "max": q.max, "spending": q.spending,
+            "max_hours": q.max_hours,
+        }  # fmt: skip
         return files, {"rows": rows, "sequential": sequential if sizes is not None else None}
 
     def claim_row_keys(self, name: str) -> list[str]:

@@ -142,11 +142,20 @@ class Sequential(_Strict):
     undecided, up to ``max`` seeds a row. The intervals are the group-sequential design's, whose boundaries
     ``spending`` spreads α over the planned looks, so the error rate holds for every look taken."""
 
-    block: int = Field(2, ge=1)
-    max: int = Field(ge=1)
-    spending: Literal["pocock", "obrien_fleming"] = "pocock"
-    # the seeds added, in order (default: the smallest non-negative integers the table does not use)
-    added_seeds: list[int] | None = None
+    block: int = Field(2, ge=1, description="seeds added to each open row at a look")
+    max: int = Field(ge=1, description="the most seeds a row gets; a row at it is closed, decided or not")
+    spending: Literal["pocock", "obrien_fleming"] = Field(
+        "pocock", description="the Lan–DeMets α-spending function over the planned looks"
+    )
+    added_seeds: list[int] | None = Field(
+        None, description="the seeds added, in order (default: the smallest non-negative integers not used)"
+    )
+    max_hours: float | None = Field(
+        None,
+        gt=0,
+        description="a cap on the added seeds' training time, hours (their runs' profile wall time, summed); "
+        "once a look finds it spent no row gets more seeds; stopping early keeps the error rate",
+    )
 
 
 class ClaimsTable(_Table):

@@ -31,6 +31,28 @@ def is_done(record: dict) -> bool:
     return not any(r["open"] for r in record["rows"].values())
 
 
+def added_train_hours(spec: dict) -> float:
+    """Training time of the runs the looks added (seeds past the first look's, this folder's only: another
+    machine's are not trained here), hours: each run's ``profile.json`` wall time, counted once however many
+    rows share it."""
+    from hacpo.runio import Profile
+
+    start, runs = spec["sequential"]["start"], set()
+    for row in spec["rows"]:
+        t = row["claim"]
+        added = [u for u in (t.get("order") or [])[start:] if u not in t.get("origins", {})]
+        runs |= {str(Path(f).parent) for u in added for f in t.get("runs", {}).get(u, [])}
+    return sum(Profile.read(r).wall_s for r in sorted(runs)) / 3600
+
+
+def close_when_spent(rows: dict[str, dict], spent_hours: float, max_hours: float | None) -> None:
+    """Once the added seeds' training time reaches the cap, no row is open: the next look adds nothing. A
+    block started under the cap is finished, so the time spent may pass it by up to one block."""
+    if max_hours is not None and spent_hours >= max_hours:
+        for r in rows.values():
+            r["open"] = False
+
+
 def write_look(spec: dict, look: int, out_json: str | Path, previous: str | Path | None) -> list[Path]:
     """The card of this look (``<out>.md``, ``.csv``, ``_seeds.csv``, ``.tex``, ``.rst``, ``.png`` beside
     ``out_json``) and its record, the history of every look included."""
@@ -55,10 +77,12 @@ def write_look(spec: dict, look: int, out_json: str | Path, previous: str | Path
             "machines": r["machines"],
             "open": r["verdict"] not in stats.DECIDED and r["n_seeds"] < most,
         }
+    cap, spent = spec["sequential"].get("max_hours"), added_train_hours(spec)
+    close_when_spent(rows, spent, cap)
     brief = {k: {"n": v["n"], "verdict": v["verdict"]} for k, v in rows.items()}
-    history.append({"look": look, "headline": card.headline, "rows": brief})
+    history.append({"look": look, "headline": card.headline, "rows": brief, "added_train_hours": spent})
     record = {"table": spec.get("table"), "look": look, "design": spec["sequential"], "rows": rows,
-              "looks": history}  # fmt: skip
+              "looks": history, "added_train_hours": spent}  # fmt: skip
     record["done"] = is_done(record)
     md = prefix.with_name(prefix.name + ".md")
     atomic_write_text(md, md.read_text() + "\n" + looks_markdown(record))
@@ -77,8 +101,16 @@ def looks_markdown(record: dict) -> str:
             r = x["rows"].get(key)
             cells.append(f"{r['verdict']} ({r['n']} seeds)" if r else "")
         lines.append("| " + " | ".join(cells) + " |")
-    d = record["design"]
-    state = "every row decided or at its budget" if record["done"] else "rows still open"
+    d, spent, cap = record["design"], record.get("added_train_hours", 0.0), record["design"].get("max_hours")
+    undecided = any(r["verdict"] not in stats.DECIDED and r["n"] < d["max"] for r in record["rows"].values())
+    if not record["done"]:
+        state = "rows still open"
+    elif undecided:
+        state = f"the time budget is spent ({spent:.2f} h of {cap:g} h): the rows still undecided stay so"
+    else:
+        state = "every row decided or at its budget"
+    budget = f", training time of the added seeds capped at {cap:g} h" if cap is not None else ""
     lines += ["", f"Design: {d['start']} seeds, then {d['block']} more a look up to {d['max']} "
-                  f"({d['spending']} α-spending); {state}."]  # fmt: skip
+                  f"({d['spending']} α-spending{budget}); the added seeds' runs trained {spent:.2f} h; "
+                  f"{state}."]  # fmt: skip
     return "\n".join(lines) + "\n"

@@ -44,7 +44,14 @@ from hacpo.agents.models import AgentArch, build_model  # noqa: E402
 from hacpo.agents.prompting import prompt_text  # noqa: E402
 from hacpo.agents.retokenize import cross_tokens  # noqa: E402
 from hacpo.agents.tokenizers import build_tokenizer  # noqa: E402
-from hacpo.algo import MiniBatch, get_method, joint_advantages, policy_loss, seq_mean_logp  # noqa: E402
+from hacpo.algo import (  # noqa: E402
+    MiniBatch,
+    get_method,
+    joint_advantages,
+    metric_floats,
+    policy_loss,
+    seq_mean_logp,
+)
 from hacpo.data.synthetic import Problem  # noqa: E402
 from hacpo.engines.core.metrics import aggregate  # noqa: E402
 from hacpo.engines.openrlhf.joint import rows as R  # noqa: E402
@@ -303,7 +310,8 @@ def _full_step_loss(actor: Actor, rows: list[Experience], spec, m: int):
         is_own=R.info_column(batch, R.IS_SELF).bool(),
         omega=R.info_column(batch, R.OMEGA), ref_logp=batch.base_action_log_probs,
     )  # fmt: skip
-    return policy_loss(mb, spec, m)
+    loss, metrics = policy_loss(mb, spec, m)
+    return loss, metric_floats([metrics])[0]  # the loss's metrics are 0-d tensors
 
 
 def _some_cross_rows_in_bounds(actor: Actor, rows: list[Experience]) -> None:
@@ -588,6 +596,7 @@ def test_rows_advantages_loss_and_gradients_equal_the_local_engines(agents, step
         logp = actor(exp.sequences, exp.action_mask, exp.attention_mask)
         loss, metrics = microbatch_loss(logp, exp, spec, norm)
         loss.backward()
+        local_metrics, metrics = metric_floats([local_metrics, metrics])
         # the local engine backpropagates only rows with a gradient (exact, skip_dead_rows); its metrics
         # carry the full mini-batch loss, which is the value to compare
         assert float(loss) == pytest.approx(local_metrics["loss"], abs=1e-6)
