@@ -5,10 +5,13 @@ extra; CI requires it with ``HACPO_REQUIRE_DOCS=1``)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -66,19 +69,62 @@ def test_docs_figures_names_what_is_missing(tmp_path, monkeypatch, capsys):
     assert "`snakemake claims_full`" in err and "  figure2.png" not in err
 
 
-def test_mkdocs_build_strict(tmp_path):
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The documentation site, built with ``mkdocs build --strict`` (a warning fails the build)."""
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None:
         fix = "the documentation site needs the docs extra: EXTRAS=dev,docs bash scripts/setup_env.sh"
         if os.environ.get("HACPO_REQUIRE_DOCS") == "1":
             pytest.fail(f"HACPO_REQUIRE_DOCS=1, but {fix}")
         pytest.skip(fix)
-    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+    where = tmp_path_factory.mktemp("site")
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(where)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600,
                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert (tmp_path / "site" / "results" / "index.html").is_file()
-    api = (tmp_path / "site" / "api" / "index.html").read_text()
+    return where
+
+
+def test_mkdocs_build_strict(site):
+    assert (site / "results" / "index.html").is_file()
+    api = (site / "api" / "index.html").read_text()
     assert "joint_advantages" in api and "learner_rows" in api and "TrainConfig" in api
+
+
+# what arithmatex (generic) leaves for the page's KaTeX to render
+MATH = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
+KATEX_CHECK = """
+const katex = require(process.argv[1]);
+const items = JSON.parse(require("fs").readFileSync(0, "utf8"));
+const bad = [];
+for (const [page, tex, display] of items) {
+  try { katex.renderToString(tex, {displayMode: display, throwOnError: true}); }
+  catch (e) { bad.push(`${page}: ${e.message}`); }
+}
+console.log(JSON.stringify(bad));
+"""
+
+
+def test_the_site_reads_offline_and_katex_renders_every_equation(site):
+    """No page loads a script, style or font from another site (the site is read offline), and every
+    equation the pages carry is one that the KaTeX served with them renders (Node runs it)."""
+    items = []
+    for page in sorted(site.rglob("*.html")):
+        html = page.read_text()
+        remote = re.findall(r'<(?:script|link)[^>]+(?:src|href)="(https?://[^"]+)"', html)
+        assert not remote, (page, remote)
+        for kind, body in MATH.findall(html):
+            tex = unescape(body).strip()
+            assert tex[:2] in ("\\(", "\\["), (page, tex[:40])
+            items.append([str(page.relative_to(site)), tex[2:-2], kind == "div"])
+    assert len(items) > 20  # the algorithm page's equations, at least
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed: the equations' KaTeX check needs it")
+    katex = ROOT / "docs" / "javascripts" / "vendor" / "katex" / "katex.min.js"
+    out = subprocess.run([node, "-e", KATEX_CHECK, str(katex)], input=json.dumps(items), capture_output=True,
+                         text=True, timeout=120, check=True)  # fmt: skip
+    assert json.loads(out.stdout) == []
 
 
 def test_the_reference_pages_are_what_the_code_generates():
