@@ -32,22 +32,22 @@ GROUPS = {
 }
 
 
-def _type(annotation) -> str:
-    """A field's type as a reader writes it in YAML."""
+def _type(annotation, link=lambda name: f"#{name.lower()}") -> str:
+    """A field's type as a reader writes it in YAML; a nested model links to its section (``link``)."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _type(typing.get_args(annotation)[0])
+        return _type(typing.get_args(annotation)[0], link)
     if origin is typing.Literal:
         return " \\| ".join(f"`{a}`" if a is not None else "`null`" for a in typing.get_args(annotation))
     if origin in (typing.Union, types.UnionType):
-        return " \\| ".join(_type(a) for a in typing.get_args(annotation))
+        return " \\| ".join(_type(a, link) for a in typing.get_args(annotation))
     if origin in (list, tuple, dict):
-        inner = ", ".join(_type(a) for a in typing.get_args(annotation) if a is not Ellipsis)
+        inner = ", ".join(_type(a, link) for a in typing.get_args(annotation) if a is not Ellipsis)
         return {list: "list", tuple: "pair", dict: "mapping"}[origin] + (f" of {inner}" if inner else "")
     if annotation is type(None):
         return "`null`"
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return f"[{annotation.__name__}](#{annotation.__name__.lower()})"
+        return f"[{annotation.__name__}]({link(annotation.__name__)})"
     return getattr(annotation, "__name__", str(annotation)).replace("NoneType", "null")
 
 
@@ -96,7 +96,29 @@ def run_config() -> str:
                 _cell(field.description or ""),
             ]
             lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _model_sections(_run_models(), _linker("run-config.md"))) + "\n"
+
+
+def _run_models() -> dict[str, type[BaseModel]]:
+    """The models nested in a run config (its agents, adapter, reward, OpenRLHF options, logging)."""
+    from hacpo.config import TrainConfig
+
+    models: dict[str, type[BaseModel]] = {}
+    _models_of(TrainConfig, models)
+    return models
+
+
+def _linker(page: str):
+    """Links from ``page`` to a config model's section: on the page that documents it (a run config's nested
+    models on run-config.md, a workflow's views on views-config.md, the rest on workflow-config.md)."""
+    run_models, views = _run_models(), {n for n, m in _config_models().items() if _is_view(m)}
+
+    def link(name: str) -> str:
+        home = "views-config.md" if name in views else "workflow-config.md"
+        home = "run-config.md" if name in run_models else home
+        return f"#{name.lower()}" if home == page else f"{home}#{name.lower()}"
+
+    return link
 
 
 def _models_of(model: type[BaseModel], seen: dict[str, type[BaseModel]]) -> None:
@@ -126,7 +148,7 @@ def _config_models() -> dict[str, type[BaseModel]]:
     return models
 
 
-def _model_sections(models: dict[str, type[BaseModel]]) -> list[str]:
+def _model_sections(models: dict[str, type[BaseModel]], link) -> list[str]:
     lines = []
     for name, model in models.items():
         doc = (
@@ -137,7 +159,8 @@ def _model_sections(models: dict[str, type[BaseModel]]) -> list[str]:
         lines += ["", f"## {name}", ""] + ([_cell(doc), ""] if doc else [])
         lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
         for key, field in model.model_fields.items():
-            cells = [f"`{key}`", _type(field.annotation), _default(field), _cell(field.description or "")]
+            kind, meaning = _type(field.annotation, link), _cell(field.description or "")
+            cells = [f"`{key}`", kind, _default(field), meaning]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -148,13 +171,14 @@ def _is_view(model: type[BaseModel]) -> bool:
 
 def workflow_config() -> str:
     """Every key of a workflow config (``config/*.yaml``) but its views, model by model."""
-    models = {n: m for n, m in _config_models().items() if not _is_view(m)}
+    run_models = _run_models()
+    models = {n: m for n, m in _config_models().items() if not _is_view(m) and n not in run_models}
     lines = [HEADER + "# Workflow config (`config/*.yaml`)", "",
              "The keys of a workflow config, from the schema Snakemake validates it with before any job "
              "(`hacpo.pipeline.config`). The top level is **PipelineConfig**; `training:` takes the "
              "[run config](run-config.md)'s keys; `tables:` and `figures:` are the [views](views-config.md). "
              "What each shipped config is for: [Configs](../guide/configs.md)."]  # fmt: skip
-    return "\n".join(lines + _model_sections(models)) + "\n"
+    return "\n".join(lines + _model_sections(models, _linker("workflow-config.md"))) + "\n"
 
 
 def views_config() -> str:
@@ -164,7 +188,7 @@ def views_config() -> str:
              "The views of a [workflow config](workflow-config.md): each entry of `tables:` or `figures:` is "
              "one of these, chosen by its `kind`. The statistics of a scorecard (`kind: claims`): "
              "[Statistics](../statistics.md)."]  # fmt: skip
-    return "\n".join(lines + _model_sections(models)) + "\n"
+    return "\n".join(lines + _model_sections(models, _linker("views-config.md"))) + "\n"
 
 
 def cli() -> str:
