@@ -9,6 +9,7 @@ models, every ``hacpo`` subcommand and flag from the argparse parser.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import types
 import typing
@@ -63,7 +64,9 @@ def _default(field) -> str:
 
 
 def _cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """One line of a table cell or paragraph; a docstring's "docs/x.md" becomes a link to that page."""
+    text = re.sub(r"(?<![\w/])docs/([\w/-]+)\.md", r"[\1](../\1.md)", " ".join(str(text).split()))
+    return text.replace("|", "\\|")
 
 
 def run_config() -> str:

@@ -156,6 +156,21 @@ TOP = "config|docs|hacpo|scripts|tests|benchmarks|profiles|workflow|envs|spec|sh
 REPO_PATH = re.compile(rf"(?<![\w./-])(?:\.\./)?(?:{TOP})/[^\s`)\]'\",;|]*")
 
 
+# a page named in prose where a link belongs: "docs/x.md" outside code and outside a link's target
+PLAIN_PAGE = re.compile(r"(?<![\[/`\w])(?<!\]\()docs/[\w/-]+\.md")
+
+
+def _prose(text: str) -> str:
+    """A Markdown page without its fenced code blocks and inline code spans."""
+    return re.sub(r"`[^`\n]*`", "", re.sub(r"^```.*?^```", "", text, flags=re.S | re.M))
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs").rglob("*.md")), ids=lambda p: p.name)
+def test_a_page_links_the_pages_it_names(page):
+    """The site's pages link each other: a page named in plain text ("see docs/x.md") is a link."""
+    assert not PLAIN_PAGE.findall(_prose(page.read_text()))
+
+
 @pytest.mark.parametrize("page", USER_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_user_page_holds_no_history_and_names_only_files_a_clone_has(page):
     """User pages speak to users: no issue numbers, no "stop N", no commit hash of this repository (history
