@@ -127,6 +127,13 @@ def test_the_site_reads_offline_and_katex_renders_every_equation(site):
     assert json.loads(out.stdout) == []
 
 
+def test_the_built_site_holds_no_history(site):
+    """What the site renders from the code (the API reference's docstrings, the generated reference) speaks
+    to users as the pages do: no issue numbers."""
+    found = {str(p.relative_to(site)): HISTORY.findall(p.read_text()) for p in site.rglob("*.html")}
+    assert not {k: v for k, v in found.items() if v}
+
+
 def test_the_reference_pages_are_what_the_code_generates():
     """docs/reference/ is generated from the code (`python -m hacpo.reference --write docs/reference`): a
     config key, a flag or a default changed in the code and not regenerated fails here."""
