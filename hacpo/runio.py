@@ -20,6 +20,7 @@ import json
 import os
 import platform
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -593,6 +594,8 @@ def machine_type(m: dict) -> str:
 
 
 def versions() -> dict[str, str]:
+    """The versions a run was made with; ``lock``: the lock file the environment was installed from and its
+    hash (``scripts/setup_env.sh`` writes it into the venv), absent for an environment resolved unlocked."""
     from importlib import metadata
 
     out = {"python": platform.python_version()}
@@ -601,4 +604,7 @@ def versions() -> dict[str, str]:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             pass
+    lock = Path(sys.prefix) / "hacpo-lock"
+    if lock.is_file():
+        out["lock"] = lock.read_text().strip()
     return out

