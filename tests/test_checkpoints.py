@@ -9,14 +9,14 @@ import json
 import pytest
 from toy_runs import TEST_DEVICE, metrics_without_timing, toy_train_config, train_killed_at
 
-from hacpo.engines.local import train
-from hacpo.runio import (
+from hacpo.checkpoints import (
     CHECKPOINT_MANIFEST,
-    RunRecord,
     checkpoint_problem,
     intact_resume_step,
     write_checkpoint_manifest,
 )
+from hacpo.engines.local import train
+from hacpo.runio import RunRecord
 
 
 def test_manifest_names_a_truncated_a_changed_and_a_missing_file(tmp_path):

@@ -23,7 +23,8 @@ import pytest
 import torch
 from toy_runs import assert_events_match_logs
 
-from hacpo.runio import CHECKPOINT_MANIFEST, MetricsLog, RunRecord, checkpoint_steps, read_jsonl
+from hacpo.checkpoints import CHECKPOINT_MANIFEST, checkpoint_steps
+from hacpo.runio import MetricsLog, RunRecord, read_jsonl
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ("hacpo.config", "hacpo.engine_options", "hacpo.algo", "hacpo.reward", "hacpo.runio")
+BASE = (
+    "hacpo.config", "hacpo.engine_options", "hacpo.algo", "hacpo.reward", "hacpo.runio", "hacpo.checkpoints"
+)  # fmt: skip
 ABOVE_BASE = ("hacpo.engines", "hacpo.pipeline", "hacpo.eval", "hacpo.cli")
 ENGINES = ("hacpo.engines.local", "hacpo.engines.openrlhf")
 # Deprecated names kept for one release, imported lazily where they are asked for (CHANGELOG.md)
@@ -92,6 +94,11 @@ def test_a_moved_name_still_imports_with_a_deprecation_warning():
         old is OpenRLHFOptions
         and batch_for_step.__module__ == read_problems.__module__ == "hacpo.engines.core.schedule"
     )
+    from hacpo import checkpoints
+
+    with pytest.warns(DeprecationWarning, match="hacpo.runio.checkpoint_problem is now hacpo.checkpoints"):
+        from hacpo.runio import checkpoint_problem
+    assert checkpoint_problem is checkpoints.checkpoint_problem
 
 
 def test_the_real_stacks_tests_fail_not_skip_where_ci_requires_the_stack():

@@ -20,9 +20,10 @@ from toy_runs import (
 )
 
 from hacpo.algo import cross_bounds, get_method
+from hacpo.checkpoints import write_checkpoint_manifest
 from hacpo.config import load_train_config
 from hacpo.engines.local import LocalTrainer, train
-from hacpo.runio import MetricsLog, RunRecord, write_checkpoint_manifest
+from hacpo.runio import MetricsLog, RunRecord
 
 # |s − 1| for ratios that are 1 in exact arithmetic (π_old = π_θ before the first update): fp32 CPU kernels
 # reproduce the sampler's sums; on CUDA π_old is a trainer forward whose shapes (prefix groups, batch sizes)
@@ -279,7 +280,7 @@ def test_a_completed_run_can_keep_its_final_weights_only(tmp_path, toy_data, sma
     is the full run's. A many-run target (config/real-claims.yaml) fits a disk with it."""
     from transformers import AutoModelForCausalLM
 
-    from hacpo.runio import checkpoint_problem
+    from hacpo.checkpoints import checkpoint_problem
 
     agents = [("a", small_agent), ("b", other_agent)]
     kw = dict(data=toy_data, steps=4, checkpoint_every=2, keep_checkpoints=2)

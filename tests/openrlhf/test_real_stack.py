@@ -124,10 +124,11 @@ def test_a_joint_run_killed_in_an_actor_fails_clearly_and_resumes_like_an_uninte
     from safetensors.torch import load_file
     from toy_runs import assert_events_match_logs, assert_wandb_matches_logs
 
+    from hacpo.checkpoints import CHECKPOINT_MANIFEST
     from hacpo.config import RunLogging, WandbLogging
     from hacpo.engines.openrlhf.command import Layout
     from hacpo.engines.openrlhf.runner import train
-    from hacpo.runio import CHECKPOINT_MANIFEST, Profile, RunRecord, read_jsonl
+    from hacpo.runio import Profile, RunRecord, read_jsonl
 
     ref_cfg = _reference(tmp_path, request, toy_data)
     offline = RunLogging(wandb=WandbLogging(project="hacpo-tests", mode="offline"))  # issue 31: W&B resumes

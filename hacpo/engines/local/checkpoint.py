@@ -9,15 +9,8 @@ import sys
 import torch
 
 from hacpo.agents import adapters
-from hacpo.runio import (
-    RunRecord,
-    atomic_dir,
-    intact_resume_step,
-    machine,
-    sweep_temporaries,
-    versions,
-    write_checkpoint_manifest,
-)
+from hacpo.checkpoints import intact_resume_step, write_checkpoint_manifest
+from hacpo.runio import RunRecord, atomic_dir, machine, sweep_temporaries, versions
 
 
 def say(line: str) -> None:

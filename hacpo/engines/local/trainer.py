@@ -42,6 +42,7 @@ from hacpo.algo import (
     CapabilityTracker,
     seq_mean_logp,
 )
+from hacpo.checkpoints import keep_final_weights
 from hacpo.config import TrainConfig
 from hacpo.cpu import keep_freed_memory, resolve_precision, return_freed_memory
 from hacpo.data.synthetic import as_problem
@@ -50,12 +51,7 @@ from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.core.schedule import batch_for_step, read_problems  # noqa: F401 (old import path)
 from hacpo.engines.phases import Phases
 from hacpo.reward import Scorer
-from hacpo.runio import (
-    Profile,
-    RunRecord,
-    keep_final_weights,
-    run_lock,
-)
+from hacpo.runio import Profile, RunRecord, run_lock
 
 from .agent import Agent, eval_mode, load_learner  # noqa: F401 (the engine's names, read from here too)
 from .checkpoint import CheckpointMixin

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from hacpo.checkpoints import newest_intact_step, set_aside
 from hacpo.config import TrainConfig
 from hacpo.engine_options import OpenRLHFOptions
 from hacpo.reward.custom import VerifierError, encode_label, load_verifier
@@ -31,9 +32,7 @@ from hacpo.runio import (
     atomic_write_json,
     atomic_write_text,
     machine,
-    newest_intact_step,
     run_lock,
-    set_aside,
     sweep_temporaries,
     versions,
 )

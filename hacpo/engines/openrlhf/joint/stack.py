@@ -205,8 +205,9 @@ class OpenRLHFStack:
 
     def save_checkpoint(self, step: int) -> None:
         """DeepSpeed states (resume) and a Hugging Face copy (``global_step<N>_hf``) of this agent; then what
-        the DeepSpeed folder holds (:func:`hacpo.runio.write_checkpoint_manifest`: checked on resume)."""
-        from hacpo.runio import write_checkpoint_manifest
+        the DeepSpeed folder holds (:func:`hacpo.checkpoints.write_checkpoint_manifest`, checked on
+        resume)."""
+        from hacpo.checkpoints import write_checkpoint_manifest
 
         tag = f"global_step{step}"
         ray.get(self.actor_group.async_run_method(method_name="save_checkpoint", tag=tag))
