@@ -1,7 +1,7 @@
 """The run-directory contract shared by both engines (design.md): atomic writes, metrics.jsonl, checkpoints.
 
 ```
-run_dir/run.json                         RunRecord: status, resumable step, config (+ hash), versions
+run_dir/run.json                         RunRecord: status, resumable step, config (+ hash), versions, machine
 run_dir/metrics.jsonl                    one JSON object per training step (same schema for every engine)
 run_dir/updates.jsonl                    one JSON object per learner's optimizer update (Update)
 run_dir/profile.json                     per-phase wall time, tokens/s, peak memory
@@ -19,14 +19,14 @@ import gzip
 import hashlib
 import json
 import os
-import platform
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import ClassVar, Literal
+
+from hacpo.provenance import machine, machine_type
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -431,54 +431,6 @@ def rename_to_free(path: str | Path, name_of, into: str | Path | None = None) ->
     while (where / name_of(n)).exists():
         n += 1
     return path.rename(where / name_of(n))
-
-
-# The flags that decide which kernels compute a run (bf16 in hardware or emulated, AMX tiles): two machines
-# that differ in one of them compute different numbers from the same seed.
-KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-
-
-def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
-    """What a run's numbers depend on beyond its config: the CPU's model name and :data:`KERNEL_FLAGS`, and
-    the GPU's name where CUDA is in use. Recorded in ``run.json``; :func:`machine_type` names it."""
-    from hacpo.cpu import cpu_fields
-
-    fields = cpu_fields(cpuinfo)  # one read of /proc/cpuinfo for the name and the flags
-    flags = set(fields.get("flags", "").split())
-    out = {
-        "cpu": fields.get("model name") or platform.processor() or platform.machine(),
-        "flags": [f for f in KERNEL_FLAGS if f in flags],
-    }
-    with contextlib.suppress(Exception):
-        import torch
-
-        if torch.cuda.is_available():
-            out["gpu"] = torch.cuda.get_device_name()
-    return out
-
-
-def machine_type(m: dict) -> str:
-    """A machine's type in one short name, ``"AMD EPYC [avx2 avx512f avx512_bf16]"`` (a GPU's name first):
-    the stratum its runs belong to when results of several machines are combined."""
-    cpu = f"{m.get('cpu', '?')} [{' '.join(m.get('flags', []))}]"
-    return f"{m['gpu']} on {cpu}" if m.get("gpu") else cpu
-
-
-def versions() -> dict[str, str]:
-    """The versions a run was made with; ``lock``: the lock file the environment was installed from and its
-    hash (``scripts/setup_env.sh`` writes it into the venv), absent for an environment resolved unlocked."""
-    from importlib import metadata
-
-    out = {"python": platform.python_version()}
-    for pkg in ("hacpo", "torch", "transformers", "math-verify", "snakemake", "openrlhf", "vllm"):
-        try:
-            out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
-    lock = Path(sys.prefix) / "hacpo-lock"
-    if lock.is_file():
-        out["lock"] = lock.read_text().strip()
-    return out
 
 
 _MOVED_TO_CHECKPOINTS = {

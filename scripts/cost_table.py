@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hacpo.runio import machine, machine_type  # noqa: E402
+from hacpo.provenance import machine, machine_type  # noqa: E402
 
 
 def folder_cost(folder: Path) -> dict:

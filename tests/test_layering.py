@@ -14,7 +14,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = (
-    "hacpo.config", "hacpo.engine_options", "hacpo.algo", "hacpo.reward", "hacpo.runio", "hacpo.checkpoints"
+    "hacpo.config", "hacpo.engine_options", "hacpo.algo", "hacpo.reward", "hacpo.runio", "hacpo.checkpoints",
+    "hacpo.provenance",
 )  # fmt: skip
 ABOVE_BASE = ("hacpo.engines", "hacpo.pipeline", "hacpo.eval", "hacpo.cli")
 ENGINES = ("hacpo.engines.local", "hacpo.engines.openrlhf")

@@ -58,7 +58,7 @@ def test_a_lock_pins_its_extras_within_pyprojects_ranges_with_hashes(lock):
 
 
 def test_a_runs_versions_name_the_lock_its_environment_came_from(tmp_path, monkeypatch):
-    from hacpo.runio import versions
+    from hacpo.provenance import versions
 
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     assert "lock" not in versions()

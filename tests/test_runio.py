@@ -10,16 +10,8 @@ import sys
 
 import pytest
 
-from hacpo.runio import (
-    RunRecord,
-    atomic_dir,
-    atomic_write_text,
-    machine,
-    machine_type,
-    run_lock,
-    sweep_temporaries,
-    waiting_lock,
-)
+from hacpo.provenance import machine, machine_type
+from hacpo.runio import RunRecord, atomic_dir, atomic_write_text, run_lock, sweep_temporaries, waiting_lock
 
 
 def _record(**kw) -> RunRecord:

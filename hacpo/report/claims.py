@@ -16,10 +16,11 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hacpo.provenance import machine_type
 from hacpo.report import stats
 from hacpo.report.files import read_json, read_rows
 from hacpo.report.render import Row, Table, csv_text
-from hacpo.runio import RunRecord, machine_type
+from hacpo.runio import RunRecord
 
 UNRECORDED = "machine not recorded"  # the stratum of runs written before run.json named its machine
 

@@ -10,7 +10,8 @@ import torch
 
 from hacpo.agents import adapters
 from hacpo.checkpoints import intact_resume_step, write_checkpoint_manifest
-from hacpo.runio import RunRecord, atomic_dir, machine, sweep_temporaries, versions
+from hacpo.provenance import machine, versions
+from hacpo.runio import RunRecord, atomic_dir, sweep_temporaries
 
 
 def say(line: str) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from hacpo.checkpoints import newest_intact_step, set_aside
 from hacpo.config import TrainConfig
 from hacpo.engine_options import OpenRLHFOptions
+from hacpo.provenance import machine, versions
 from hacpo.reward.custom import VerifierError, encode_label, load_verifier
 from hacpo.runio import (
     MetricsLog,
@@ -31,10 +32,8 @@ from hacpo.runio import (
     RunRecord,
     atomic_write_json,
     atomic_write_text,
-    machine,
     run_lock,
     sweep_temporaries,
-    versions,
 )
 
 from . import logs

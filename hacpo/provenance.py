@@ -1,0 +1,57 @@
+"""What made a run, recorded in its ``run.json``: the machine type whose kernels computed it (two CPUs that
+differ in bf16 or AMX support give different numbers from one seed) and the versions it ran with, the lock
+file of its environment included."""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import sys
+from pathlib import Path
+
+# The flags that decide which kernels compute a run (bf16 in hardware or emulated, AMX tiles): two machines
+# that differ in one of them compute different numbers from the same seed.
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
+    """What a run's numbers depend on beyond its config: the CPU's model name and :data:`KERNEL_FLAGS`, and
+    the GPU's name where CUDA is in use. Recorded in ``run.json``; :func:`machine_type` names it."""
+    from hacpo.cpu import cpu_fields
+
+    fields = cpu_fields(cpuinfo)  # one read of /proc/cpuinfo for the name and the flags
+    flags = set(fields.get("flags", "").split())
+    out = {
+        "cpu": fields.get("model name") or platform.processor() or platform.machine(),
+        "flags": [f for f in KERNEL_FLAGS if f in flags],
+    }
+    with contextlib.suppress(Exception):
+        import torch
+
+        if torch.cuda.is_available():
+            out["gpu"] = torch.cuda.get_device_name()
+    return out
+
+
+def machine_type(m: dict) -> str:
+    """A machine's type in one short name, ``"AMD EPYC [avx2 avx512f avx512_bf16]"`` (a GPU's name first):
+    the stratum its runs belong to when results of several machines are combined."""
+    cpu = f"{m.get('cpu', '?')} [{' '.join(m.get('flags', []))}]"
+    return f"{m['gpu']} on {cpu}" if m.get("gpu") else cpu
+
+
+def versions() -> dict[str, str]:
+    """The versions a run was made with; ``lock``: the lock file the environment was installed from and its
+    hash (``scripts/setup_env.sh`` writes it into the venv), absent for an environment resolved unlocked."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for pkg in ("hacpo", "torch", "transformers", "math-verify", "snakemake", "openrlhf", "vllm"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    lock = Path(sys.prefix) / "hacpo-lock"
+    if lock.is_file():
+        out["lock"] = lock.read_text().strip()
+    return out
