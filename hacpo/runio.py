@@ -433,25 +433,21 @@ def rename_to_free(path: str | Path, name_of, into: str | Path | None = None) ->
     return path.rename(where / name_of(n))
 
 
-_MOVED_TO_CHECKPOINTS = {
-    "CHECKPOINT_MANIFEST",
-    "write_checkpoint_manifest",
-    "keep_final_weights",
-    "checkpoint_problem",
-    "set_aside",
-    "newest_intact_step",
-    "intact_resume_step",
-    "checkpoint_steps",
-}
+# names moved out in 0.2.0, kept here for one release: name → its module now
+_MOVED = dict.fromkeys(
+    ["CHECKPOINT_MANIFEST", "write_checkpoint_manifest", "keep_final_weights", "checkpoint_problem",
+     "set_aside", "newest_intact_step", "intact_resume_step", "checkpoint_steps"],
+    "hacpo.checkpoints",
+) | dict.fromkeys(["versions", "KERNEL_FLAGS"], "hacpo.provenance")  # fmt: skip
 
 
 def __getattr__(name: str):
-    """Names moved to :mod:`hacpo.checkpoints` in 0.2.0, kept here for one release."""
-    if name in _MOVED_TO_CHECKPOINTS:
+    if name in _MOVED:
         import warnings
 
-        from hacpo import checkpoints
+        from hacpo import checkpoints, provenance
 
-        warnings.warn(f"hacpo.runio.{name} is now hacpo.checkpoints.{name}", DeprecationWarning, stacklevel=2)
-        return getattr(checkpoints, name)
+        where = _MOVED[name]
+        warnings.warn(f"hacpo.runio.{name} is now {where}.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(checkpoints if where == "hacpo.checkpoints" else provenance, name)
     raise AttributeError(f"module 'hacpo.runio' has no attribute {name!r}")

@@ -100,6 +100,9 @@ def test_a_moved_name_still_imports_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning, match="hacpo.runio.checkpoint_problem is now hacpo.checkpoints"):
         from hacpo.runio import checkpoint_problem
     assert checkpoint_problem is checkpoints.checkpoint_problem
+    with pytest.warns(DeprecationWarning, match="hacpo.runio.versions is now hacpo.provenance.versions"):
+        from hacpo.runio import versions
+    assert versions()["python"]
 
 
 def test_the_real_stacks_tests_fail_not_skip_where_ci_requires_the_stack():
