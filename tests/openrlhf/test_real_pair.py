@@ -21,6 +21,9 @@ require("openrlhf", "vllm")
 from hacpo.data.synthetic import make_splits  # noqa: E402
 from hacpo.eval.run import Sampling  # noqa: E402
 
+# real models or the real stack's engines: one such module at a time on a machine (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("memory_heavy_module")
+
 SAMPLING = Sampling(max_new_tokens=32, prompt_style="paper")  # config/rehearsal-real.yaml's format
 
 
