@@ -22,7 +22,7 @@ OVERLAYS = {
     name: ("real-claims",)
     for name in ("real-claims-ci", "real-claims-pairs", "real-claims-state", "real-claims-model",
                  "real-claims-weak")
-} | {"real-claims-state-base": ("real-claims", "real-claims-state")}
+} | {"real-claims-state-base": ("real-claims", "real-claims-state"), "one-gpu-full-ft-94gb": ("one-gpu",)}
 CONFIGS = {name: yaml.safe_load((ROOT / "config" / f"{name}.yaml").read_text()) for name in SHIPPED}
 
 
@@ -310,6 +310,24 @@ def test_one_gpu_config_trains_on_cuda_and_evaluates_in_token_budgets():
         bad["eval_settings"]["len4k"][key] = value
         with pytest.raises(ConfigError, match=rf"eval_settings.len4k.{key}: a setting of the local engine"):
             Pipeline(bad)
+
+
+def test_one_gpu_fits_80gb_with_lora_and_its_full_fine_tuning_variant_says_what_it_needs():
+    """config/one-gpu.yaml trains rank-8 adapters (≈ 50–55 GB by arithmetic); the overlay named for its 94 GB
+    trains every weight at the paper's lr, in its own folder."""
+    lora = pipe("one-gpu")
+    for run in lora.runs:
+        cfg = load_train_config(lora.train_config(run))
+        assert [a.adapter.lora.rank for a in cfg.agents] == [8] * len(cfg.agents) and cfg.lr == 3e-5
+    files = [str(ROOT / "config" / f"{n}.yaml") for n in ("one-gpu", "one-gpu-full-ft-94gb")]
+    merged = copy.deepcopy(CONFIGS["one-gpu"])
+    overlay = yaml.safe_load((ROOT / "config" / "one-gpu-full-ft-94gb.yaml").read_text())
+    merged["training"] |= overlay.pop("training")
+    full = Pipeline(merged | overlay, base_dir=str(ROOT), config_files=files)
+    assert full.results != lora.results
+    for run in full.runs:
+        cfg = load_train_config(full.train_config(run))
+        assert cfg.adapter is None and {a.adapter for a in cfg.agents} == {None} and cfg.lr == 1e-6
 
 
 def _bad(path: str, value):
