@@ -522,3 +522,20 @@ def test_an_opt_in_view_is_built_only_when_named():
     lines = fig["panels"][0]["lines"]
     assert fig["kind"] == "updates" and len(lines) == 4
     assert lines[1]["updates"][0] == "results/config/runs/joint/size/hacpo_agent_order/seed0/updates.jsonl"
+
+
+def test_every_view_kind_declares_the_names_it_refers_to():
+    """A view kind whose keys name a pair, a method or an eval setting says so in its refs methods, which the
+    config's cross-checks read: a new kind cannot slip a name past them."""
+    from hacpo.pipeline import views_config as v
+
+    kinds = [c for c in vars(v).values() if isinstance(c, type) and issubclass(c, v._View)]
+    kinds = [c for c in kinds if "kind" in c.model_fields]
+    assert len(kinds) >= 10
+    refs = {"pair_refs": {"pair", "pairs"}, "method_refs": {"method", "methods", "compare_to"},
+            "eval_refs": {"eval"}}  # fmt: skip
+    for cls in kinds:
+        for method, keys in refs.items():
+            declared = getattr(cls, method) is not getattr(v._View, method)
+            assert declared == bool(set(cls.model_fields) & keys), (cls.__name__, method)
+

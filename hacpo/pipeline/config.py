@@ -446,21 +446,16 @@ class PipelineConfig(ViewChecks, _Strict):
     def method_names(self) -> set[str]:
         """Named entries plus every registry name mentioned in tables (registry names need no entry)."""
         names = set(self.methods)
-        claims = [c for t in self.tables.values() if t.kind == "claims" for c in t.claims.values()]
-        for t in [*self.tables.values(), *self.figures.values(), *claims]:
-            for m in [
-                *(getattr(t, "methods", None) or []),
-                getattr(t, "method", None),
-                getattr(t, "compare_to", None),
-                getattr(t, "a", None),
-                getattr(t, "b", None),
-            ]:
-                if m and m != "base" and m not in names:
-                    try:
-                        get_method(m)
-                        names.add(m)
-                    except ValueError:
-                        pass
+        named = [m for t in [*self.tables.values(), *self.figures.values()] for m in t.method_refs().values()]
+        named += [m for t in self.tables.values() if t.kind == "claims" for c in t.claims.values()
+                  for m in (c.a, c.b)]  # fmt: skip
+        for m in named:
+            if m and m != "base" and m not in names:
+                try:
+                    get_method(m)
+                    names.add(m)
+                except ValueError:
+                    pass
         return names
 
     def registry_method(self, name: str):

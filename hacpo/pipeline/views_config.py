@@ -13,11 +13,28 @@ from .schema import Strict as _Strict
 
 
 class _View(_Strict):
-    """What every table and figure has."""
+    """What every table and figure has, and the names it refers to (each kind says which of its keys name a
+    pair, a method or an eval setting: what :class:`ViewChecks` resolves against the config)."""
 
     title: str | None = None
     # False: built only when named (`snakemake <name>`), never by the default target (nor its runs)
     default: bool = True
+
+    def pair_refs(self) -> dict[str, str]:
+        """Key path (under the view) → the pair it names."""
+        return {}
+
+    def method_refs(self) -> dict[str, str]:
+        """Key path → the method it names; "base" (the untrained models) only in a ``methods`` list."""
+        return {}
+
+    def eval_refs(self) -> tuple[str, list[str]] | None:
+        """The eval setting the view reads and the benchmarks it names there ([] for all), or None."""
+        return None
+
+
+def _listed(key: str, names) -> dict[str, str]:
+    return {f"{key}.{i}": n for i, n in enumerate(names or [])}
 
 
 class _Table(_View):
@@ -36,10 +53,22 @@ class AccuracyTable(_Table):
     # (the AVG over its benchmarks, or its one benchmark)
     figure: bool = False
 
+    def pair_refs(self) -> dict[str, str]:
+        return _listed("pairs", self.pairs)
+
+    def method_refs(self) -> dict[str, str]:
+        return _listed("methods", self.methods) | ({"compare_to": self.compare_to} if self.compare_to else {})
+
+    def eval_refs(self) -> tuple[str, list[str]]:
+        return self.eval, [] if self.benchmarks == "all" else list(self.benchmarks)
+
 
 class HyperTable(_Table):
     kind: Literal["hyperparams"]
     pairs: list[Id] = Field(min_length=1)
+
+    def pair_refs(self) -> dict[str, str]:
+        return _listed("pairs", self.pairs)
 
 
 class RatioTable(_Table):
@@ -48,6 +77,12 @@ class RatioTable(_Table):
     agent: Id
     method: Id = "hacpo"
     seeds: list[int] | None = None
+
+    def pair_refs(self) -> dict[str, str]:
+        return {"pair": self.pair}
+
+    def method_refs(self) -> dict[str, str]:
+        return {"method": self.method}
 
 
 class SeedTable(_Table):
@@ -58,12 +93,27 @@ class SeedTable(_Table):
     eval: Id
     benchmark: Id
 
+    def pair_refs(self) -> dict[str, str]:
+        return {"pair": self.pair}
+
+    def method_refs(self) -> dict[str, str]:
+        return _listed("methods", self.methods)
+
+    def eval_refs(self) -> tuple[str, list[str]]:
+        return self.eval, [self.benchmark]
+
 
 class ProfileTable(_Table):
     kind: Literal["runtime", "memory"]
     pair: Id
     methods: list[Id] = Field(min_length=1)
     seeds: list[int] | None = None
+
+    def pair_refs(self) -> dict[str, str]:
+        return {"pair": self.pair}
+
+    def method_refs(self) -> dict[str, str]:
+        return _listed("methods", self.methods)
 
 
 class AlphaTable(_Table):
@@ -73,6 +123,12 @@ class AlphaTable(_Table):
     eval: Id
     benchmark: Id
     seeds: list[int] | None = None
+
+    def pair_refs(self) -> dict[str, str]:
+        return _listed("pairs", self.pairs)
+
+    def eval_refs(self) -> tuple[str, list[str]]:
+        return self.eval, [self.benchmark]
 
 
 # What a claim can measure besides an eval benchmark (docs/statistics.md, "What a claim measures").
@@ -233,6 +289,12 @@ class CurvesFigure(_View):
     methods: list[Id] = Field(min_length=1)
     seeds: list[int] | None = None
 
+    def pair_refs(self) -> dict[str, str]:
+        return _listed("pairs", self.pairs)
+
+    def method_refs(self) -> dict[str, str]:
+        return _listed("methods", self.methods)
+
 
 class UpdatesFigure(CurvesFigure):
     """The share of cross rows inside the stepwise clip against the update m (``updates.jsonl``): which
@@ -271,33 +333,26 @@ class ViewChecks:
         name = path.split(".", 1)[1]
         if path.startswith("figures.") and name in self.tables:
             errs.append(f"{path}: a table has this name too; rename one (each name is a snakemake target)")
-        for i, p in enumerate(getattr(t, "pairs", None) or [getattr(t, "pair", None)]):
-            if p is not None:
-                where = f"{path}.pairs.{i}" if hasattr(t, "pairs") else f"{path}.pair"
-                errs += need(where, p, self.pairs, "pair")
-        for i, m in enumerate(getattr(t, "methods", None) or []):
-            errs += need(f"{path}.methods.{i}", m, {*methods, "base"}, "method")
-        for key in ("method", "compare_to"):
-            if getattr(t, key, None) is not None:
-                errs += need(f"{path}.{key}", getattr(t, key), methods, "method")
-        if getattr(t, "eval", None) is not None:
-            errs += need(f"{path}.eval", t.eval, self.eval_settings, "eval setting")
-            allowed = set(self.benchmarks_of(t.eval)) if t.eval in self.eval_settings else set()
-            wanted = getattr(t, "benchmarks", "all")
-            wanted = [] if wanted == "all" else list(wanted)
-            if getattr(t, "benchmark", None):
-                wanted.append(t.benchmark)
+        for where, p in t.pair_refs().items():
+            errs += need(f"{path}.{where}", p, self.pairs, "pair")
+        for where, m in t.method_refs().items():  # "base", the untrained models, only in a list of methods
+            known = {*methods, "base"} if where.startswith("methods.") else methods
+            errs += need(f"{path}.{where}", m, known, "method")
+        if (refs := t.eval_refs()) is not None:
+            setting, wanted = refs
+            errs += need(f"{path}.eval", setting, self.eval_settings, "eval setting")
+            allowed = set(self.benchmarks_of(setting)) if setting in self.eval_settings else set()
             for b in wanted:
-                errs += need(f"{path}.benchmark", b, allowed, f"benchmark of eval setting {t.eval!r}")
-        if getattr(t, "agent", None) is not None and t.pair in self.pairs:
-            errs += need(f"{path}.agent", t.agent, self.pairs[t.pair].agents, f"agent of pair {t.pair!r}")
-        if getattr(t, "kind", None) == "ratio_stats" and t.method in methods:
-            if not self.registry_method(t.method).cross_rows:
+                errs += need(f"{path}.benchmark", b, allowed, f"benchmark of eval setting {setting!r}")
+        if isinstance(t, RatioTable):
+            if t.pair in self.pairs:
+                errs += need(f"{path}.agent", t.agent, self.pairs[t.pair].agents, f"agent of pair {t.pair!r}")
+            if t.method in methods and not self.registry_method(t.method).cross_rows:
                 errs.append(f"{path}.method: {t.method!r} trains on no peer rows, so it has no s_hete")
-        if getattr(t, "kind", None) == "claims":
+        if isinstance(t, ClaimsTable):
             for cid, c in t.claims.items():
                 errs += self._claim_problems(f"{path}.claims.{cid}", c)
-        if getattr(t, "kind", None) == "updates":
+        if isinstance(t, UpdatesFigure):
             for i, m in enumerate(t.methods):
                 if m in methods and self.registry_method(m).loss != "hacpo":
                     errs.append(f"{path}.methods.{i}: {m!r} has no stepwise clip (a HACPO loss has)")
@@ -360,12 +415,12 @@ class ViewChecks:
         out: dict[str, None] = {}
         for name in c.tables:
             t = self.tables.get(name) or self.figures[name]
-            out.update(dict.fromkeys(getattr(t, "pairs", None) or [getattr(t, "pair", None)]))
-        return [p for p in out if p is not None]
+            out.update(dict.fromkeys(t.pair_refs().values()))
+        return list(out)
 
     def claim_eval(self, c: Claim) -> str | None:
         """A claim's eval setting: its own, else that of the first table it names that has one."""
         if c.eval:
             return c.eval
         views = [self.tables.get(n) or self.figures[n] for n in c.tables]
-        return next((v.eval for v in views if getattr(v, "eval", None)), None)
+        return next((refs[0] for v in views if (refs := v.eval_refs()) is not None), None)
