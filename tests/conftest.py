@@ -6,8 +6,6 @@ by its warm-up spec and data, so a stale cache is rebuilt, never reused.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.util
 import json
 import os
@@ -160,30 +158,6 @@ def slurm_cluster():
         pytest.skip("the local SLURM cluster needs root (.ci/slurm-up.sh installs packages, starts daemons)")
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         pytest.skip("no apt-get and no Slurm installed: cannot bring up the local SLURM cluster")
-    # One cluster a machine: another pytest process (CI runs tests/openrlhf beside the main suite) waits for
-    # this module's cluster to be torn down rather than have its daemons restarted under it.
-    with _machine_turn("slurm"):
-        yield from _slurm_cluster_up()
-
-
-@contextlib.contextmanager
-def _machine_turn(what: str):
-    """Hold this machine's turn at ``what`` across pytest processes (an exclusive flock, dropped by the kernel
-    when the holder dies)."""
-    with open(f"/tmp/hacpo-tests-{what}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-@pytest.fixture(scope="module")
-def memory_heavy_module():
-    """The modules that hold real pretrained models or the real stack's engines take turns across pytest
-    processes (CI runs tests/openrlhf beside the main suite), so that their memory peaks never add up."""
-    with _machine_turn("memory-heavy"):
-        yield
-
-
-def _slurm_cluster_up():
     try:
         up = subprocess.run(["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=600, check=False)
         if up.returncode == SLURM_PRECONDITION_MISSING and os.environ.get("HACPO_REQUIRE_SLURM") != "1":

@@ -26,9 +26,6 @@ from hacpo.agents.retokenize import (
 )
 from hacpo.agents.sources import MANIFEST
 
-# real models or the real stack's engines: one such module at a time on a machine (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("memory_heavy_module")
-
 
 @pytest.fixture(scope="session")
 def loaded(real_models):

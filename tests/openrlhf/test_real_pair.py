@@ -21,9 +21,6 @@ require("openrlhf", "vllm")
 from hacpo.data.synthetic import make_splits  # noqa: E402
 from hacpo.eval.run import Sampling  # noqa: E402
 
-# real models or the real stack's engines: one such module at a time on a machine (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("memory_heavy_module")
-
 SAMPLING = Sampling(max_new_tokens=32, prompt_style="paper")  # config/rehearsal-real.yaml's format
 
 
@@ -101,7 +98,6 @@ def real_rehearsal() -> Path:
     return run
 
 
-@pytest.mark.real_rehearsal
 def test_weight_sync_of_both_real_architectures(real_models, tmp_path, request):
     """After a weight sync each real model's vLLM engine holds its DeepSpeed actor's weights
     (:mod:`hacpo.engines.openrlhf.joint.sync_check`): the gap between vLLM's and the actor's log-probs of the
@@ -151,7 +147,6 @@ def _sync_check_here(real_models, tmp_path) -> dict:
     return sync_check(cfg, cfg.openrlhf)
 
 
-@pytest.mark.real_rehearsal
 def test_the_real_pairs_joint_run_trained_both_models_on_each_others_rows(real_rehearsal):
     """The rehearsal's joint HACPO run on the real stack: complete, each learner's updates over its own rows
     and the other's, re-encoded into its tokenizer (BPE → SentencePiece and back), vLLM's log-probs equal to
@@ -186,7 +181,6 @@ def test_the_real_pairs_joint_run_trained_both_models_on_each_others_rows(real_r
     assert "update log-probs of" in log and "by the head in slices (vocabulary 262144)" in log
 
 
-@pytest.mark.real_rehearsal
 def test_the_real_pairs_joint_run_trained_lora_adapters(real_rehearsal):
     """config/rehearsal-real.yaml trains LoRA adapters (issue 42): each final checkpoint is an adapter over
     its imported base (megabytes, no model weights), the KL reference was the actor with its adapter off (no

@@ -34,9 +34,6 @@ on_this_machine()
 
 from hacpo.config import TrainConfig  # noqa: E402
 
-# real models or the real stack's engines: one such module at a time on a machine (tests/conftest.py)
-pytestmark = pytest.mark.usefixtures("memory_heavy_module")
-
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("HACPO_TEST_CACHE", ROOT / ".cache" / "test-agents"))
 
