@@ -33,7 +33,7 @@ GROUPS = {
 }
 
 
-def _type(annotation, link=lambda name: f"#{name.lower()}") -> str:
+def _type(annotation, link) -> str:
     """A field's type as a reader writes it in YAML; a nested model links to its section (``link``)."""
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
@@ -78,6 +78,7 @@ def run_config() -> str:
              "options change how a run executes, never what it computes: they are not part of its identity "
              "(`config_hash`), so changing one never retrains it ("
              + ", ".join(f"`{k}`" for k in RUNTIME_OPTIONS) + ")."]  # fmt: skip
+    link = _linker("run-config.md")
     by_group: dict[str, list[tuple[str, object]]] = {}
     for name, field in TrainConfig.model_fields.items():
         by_group.setdefault((field.json_schema_extra or {})["group"], []).append((name, field))
@@ -93,13 +94,13 @@ def run_config() -> str:
             runtime = "yes" if field.json_schema_extra.get("runtime") else ""
             row = [
                 f"`{name}`",
-                _type(field.annotation),
+                _type(field.annotation, link),
                 _default(field),
                 runtime,
                 _cell(field.description or ""),
             ]
             lines.append("| " + " | ".join(row) + " |")
-    return "\n".join(lines + _model_sections(_run_models(), _linker("run-config.md"))) + "\n"
+    return "\n".join(lines + _model_sections(_run_models(), link)) + "\n"
 
 
 def _run_models() -> dict[str, type[BaseModel]]:

@@ -17,12 +17,15 @@ PY=.venv/bin/python
 # month installs what today's results were made with. HACPO_UNLOCKED=1, or a set without one (the GPU
 # engine's: vLLM decides its torch), resolves pyproject.toml's ranges instead.
 lock="requirements/lock-$(tr ',' '\n' <<< "$EXTRAS" | sort | paste -sd-).txt"
+lock_hash=""
 if [ -n "${HACPO_UNLOCKED:-}" ] || [[ ",$EXTRAS," == *",gpu,"* ]] || [ ! -f "$lock" ]; then
   lock=""
+else
+  lock_hash=$(sha256sum "$lock" | cut -c1-16)
 fi
 
 stamp=.venv/.hacpo-installed
-want="$(sha256sum pyproject.toml | cut -c1-16) extras=$EXTRAS torch=$TORCH_VERSION lock=${lock:+$(sha256sum "$lock" | cut -c1-16)}"
+want="$(sha256sum pyproject.toml | cut -c1-16) extras=$EXTRAS torch=$TORCH_VERSION lock=$lock_hash"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
@@ -43,7 +46,7 @@ fi
 if [ -n "$lock" ]; then
   "$PY" -m pip install -q --require-hashes --no-deps -r "$lock"
   "$PY" -m pip install -q --no-deps -e .
-  echo "$lock sha256:$(sha256sum "$lock" | cut -c1-16)" > .venv/hacpo-lock  # the runs' provenance names it
+  echo "$lock sha256:$lock_hash" > .venv/hacpo-lock  # the runs' provenance names it
 else
   [[ ",$EXTRAS," == *",gpu,"* ]] || echo "setup_env: no lock for extras '$EXTRAS' (bash scripts/lock.sh $EXTRAS makes one): pyproject.toml's ranges"
   "$PY" -m pip install -q -e ".[$EXTRAS]"

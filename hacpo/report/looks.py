@@ -27,6 +27,11 @@ def next_sizes(
     return {k: min(most, rows[k]["n"] + block) if rows[k]["open"] else rows[k]["n"] for k in rows}
 
 
+def may_grow(verdict: str, n: int, most: int) -> bool:
+    """Whether the design gives a row more seeds: undecided and under ``most`` (the time budget aside)."""
+    return verdict not in stats.DECIDED and n < most
+
+
 def is_done(record: dict) -> bool:
     return not any(r["open"] for r in record["rows"].values())
 
@@ -75,7 +80,7 @@ def write_look(spec: dict, look: int, out_json: str | Path, previous: str | Path
             "ci": [r["ci_low"], r["ci_high"]],
             "margin": r["margin"],
             "machines": r["machines"],
-            "open": r["verdict"] not in stats.DECIDED and r["n_seeds"] < most,
+            "open": may_grow(r["verdict"], r["n_seeds"], most),
         }
     cap, spent = spec["sequential"].get("max_hours"), added_train_hours(spec)
     close_when_spent(rows, spent, cap)
@@ -102,10 +107,9 @@ def looks_markdown(record: dict) -> str:
             cells.append(f"{r['verdict']} ({r['n']} seeds)" if r else "")
         lines.append("| " + " | ".join(cells) + " |")
     d, spent, cap = record["design"], record.get("added_train_hours", 0.0), record["design"].get("max_hours")
-    undecided = any(r["verdict"] not in stats.DECIDED and r["n"] < d["max"] for r in record["rows"].values())
     if not record["done"]:
         state = "rows still open"
-    elif undecided:
+    elif any(may_grow(r["verdict"], r["n"], d["max"]) for r in record["rows"].values()):  # closed by the cap
         state = f"the time budget is spent ({spent:.2f} h of {cap:g} h): the rows still undecided stay so"
     else:
         state = "every row decided or at its budget"
