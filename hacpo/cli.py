@@ -282,10 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("--out", required=True, help="splits: a directory; --spec: the dataset's JSONL file")
     d.add_argument("--families", nargs="+", default=None, help="synthetic families (default: add2)")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--n-test", type=int, default=1000)
-    d.add_argument("--n-dev", type=int, default=200)
-    d.add_argument("--n-train", type=int, default=None)
+    d.add_argument("--seed", type=int, default=0, help="the synthetic splits' seed: same seed, same problems")
+    d.add_argument("--n-test", type=int, default=1000, help="test problems per family")
+    d.add_argument("--n-dev", type=int, default=200, help="dev problems per family")
+    d.add_argument(
+        "--n-train", type=int, default=None,
+        help="training problems per family (default: the rest of add2; 20,000 of a sampled family)",
+    )  # fmt: skip
     w = d.add_argument_group("one workflow dataset (the prepare_data rule)")
     w.add_argument("--spec", help="JSON (or @file): {synthetic: {...}} or {registry: NAME, file: …}")
     w.add_argument("--name", help="the dataset's name in the manifest (default: the --out file's stem)")
@@ -301,8 +304,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--data", help="directory with train.jsonl and dev.jsonl")
     b.add_argument("--train", help="SFT problems (JSONL); with --dev, instead of --data")
     b.add_argument("--dev", help="dev problems (JSONL) for the stopping rule")
-    b.add_argument("--out", required=True)
-    b.add_argument("--threads", type=int, default=1)
+    b.add_argument(
+        "--out", required=True, help="the agent's directory (an agent of the same spec and data is reused)"
+    )
+    b.add_argument("--threads", type=int, default=1, help="torch threads")
     b.add_argument("--device", default="cpu", help="cpu (default; bitwise reproducible) or cuda")
     b.set_defaults(func=cmd_build_agent)
 
@@ -328,12 +333,16 @@ def build_parser() -> argparse.ArgumentParser:
     wm.add_argument("--train", required=True, help="SFT problems (JSONL)")
     wm.add_argument("--dev", required=True, help="dev problems (JSONL): greedy accuracy along the way")
     wm.add_argument("--out", required=True, help="the warmed model's directory")
-    wm.add_argument("--threads", type=int, default=2)
+    wm.add_argument("--threads", type=int, default=2, help="torch threads")
     wm.set_defaults(func=cmd_warm_model)
 
     t = sub.add_parser("train", help="train one run (resumes from its last checkpoint)")
     t.add_argument("config", help="YAML/JSON run config file, or inline JSON (see hacpo.config.TrainConfig)")
-    t.add_argument("--engine", default="local", choices=["local", "openrlhf"])
+    t.add_argument(
+        "--engine", default="local", choices=["local", "openrlhf"],
+        help="local (in this process, on the run config's `device`) or openrlhf (Ray, vLLM, DeepSpeed; "
+        "needs `openrlhf: {gpus_per_node: N}` in the run config)",
+    )  # fmt: skip
     t.add_argument(
         "--marker",
         help="workflow mode: write this file when done; a complete run of the same spec and inputs is "
@@ -345,7 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
         "from the run's identity",
     )
     t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
-    t.add_argument("--progress", action="store_true")
+    t.add_argument("--progress", action="store_true", help="a progress bar (the run config's `progress`)")
     t.add_argument(
         "--print-command", action="store_true", help="--engine openrlhf: print its command line only"
     )
@@ -366,15 +375,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--engine", default="local", choices=["local", "vllm"], help="generation backend (vllm: GPUs)"
     )
     e.add_argument("--sample", action="store_true", help="sample k responses instead of greedy decoding")
-    e.add_argument("--k", type=int, default=1)
-    e.add_argument("--temperature", type=float, default=1.0)
-    e.add_argument("--top-p", type=float, default=1.0)
-    e.add_argument("--max-new-tokens", type=int, default=13)
-    e.add_argument("--style", choices=["compact", "paper"], default="compact")
-    e.add_argument("--limit", type=int, default=None)
-    e.add_argument("--seed", type=int, default=0)
-    e.add_argument("--device", default="auto")
-    e.add_argument("--threads", type=int, default=1)
+    e.add_argument("--k", type=int, default=1, help="with --sample: responses per problem")
+    e.add_argument("--temperature", type=float, default=1.0, help="with --sample: the sampling temperature")
+    e.add_argument("--top-p", type=float, default=1.0, help="with --sample: nucleus sampling's p")
+    e.add_argument("--max-new-tokens", type=int, default=13, help="the longest response generated (tokens)")
+    e.add_argument(
+        "--style", choices=["compact", "paper"], default="compact",
+        help="the prompt: compact, or the paper's instruction",
+    )  # fmt: skip
+    e.add_argument("--limit", type=int, default=None, help="only the first LIMIT problems of each benchmark")
+    e.add_argument("--seed", type=int, default=0, help="the generation's seed")
+    e.add_argument(
+        "--device", default="auto", help="local engine: auto (CUDA if torch sees one, else CPU), cpu or cuda"
+    )
+    e.add_argument("--threads", type=int, default=1, help="local engine: torch threads")
     e.add_argument(
         "--batch-tokens", type=int, default=None,
         help="local engine: prompt + new tokens generated at once (the KV cache); default 256 problems",
@@ -396,9 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_export)
 
     m = sub.add_parser("demo", help="toy end-to-end demo on CPU: data → agents → GSPO vs HACPO → table")
-    m.add_argument("--out", default="results/demo")
-    m.add_argument("--seeds", type=int, nargs="+", default=[0])
-    m.add_argument("--steps", type=int, default=30)
+    m.add_argument("--out", default="results/demo", help="where the data, agents, runs and table.md go")
+    m.add_argument(
+        "--seeds", type=int, nargs="+", default=[0], help="one run per method and seed, averaged in the table"
+    )
+    m.add_argument("--steps", type=int, default=30, help="training steps per run")
     m.set_defaults(func=cmd_demo)
     for module in (
         "hacpo.pipeline.cli",

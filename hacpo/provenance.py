@@ -17,7 +17,7 @@ KERNEL_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 def machine(cpuinfo: str = "/proc/cpuinfo") -> dict:
     """What a run's numbers depend on beyond its config: the CPU's model name and :data:`KERNEL_FLAGS`, and
     the GPU's name where CUDA is in use. Recorded in ``run.json``; :func:`machine_type` names it."""
-    from hacpo.cpu import cpu_fields
+    from hacpo.hardware import cpu_fields
 
     fields = cpu_fields(cpuinfo)  # one read of /proc/cpuinfo for the name and the flags
     flags = set(fields.get("flags", "").split())

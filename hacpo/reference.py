@@ -9,6 +9,7 @@ models, every ``hacpo`` subcommand and flag from the argparse parser.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import sys
 import types
@@ -60,7 +61,17 @@ def _default(field) -> str:
         return "required"
     if isinstance(value, BaseModel):
         value = value.model_dump(exclude_defaults=True) or "defaults"
+    elif dataclasses.is_dataclass(value):
+        default = type(value)()
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                 if getattr(value, f.name) != getattr(default, f.name)} or "defaults"  # fmt: skip
     return f"`{value}`" if value is not None else "`null`"
+
+
+def _meaning(field) -> str:
+    """A field's description as a table cell, starting with a capital (the fields write it either way)."""
+    text = _cell(field.description or "")
+    return text[:1].upper() + text[1:]
 
 
 def _cell(text: str) -> str:
@@ -97,7 +108,7 @@ def run_config() -> str:
                 _type(field.annotation, link),
                 _default(field),
                 runtime,
-                _cell(field.description or ""),
+                _meaning(field),
             ]
             lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines + _model_sections(_run_models(), link)) + "\n"
@@ -163,8 +174,8 @@ def _model_sections(models: dict[str, type[BaseModel]], link) -> list[str]:
         lines += ["", f"## {name}", ""] + ([_cell(doc), ""] if doc else [])
         lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
         for key, field in model.model_fields.items():
-            kind, meaning = _type(field.annotation, link), _cell(field.description or "")
-            cells = [f"`{key}`", kind, _default(field), meaning]
+            kind, meaning = _type(field.annotation, link), _meaning(field)
+            cells = [f"`{field.alias or key}`", kind, _default(field), meaning]
             lines.append("| " + " | ".join(cells) + " |")
     return lines
 

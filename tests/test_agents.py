@@ -18,16 +18,9 @@ from hacpo.agents.retokenize import (
     source_logp_mask,
     source_token_count,
 )
+from hacpo.agents.sft import answer_ids, sft_batch, sft_loss
 from hacpo.agents.tokenizers import KINDS, build_tokenizer, tokenizer_fingerprint
-from hacpo.agents.warmup import (
-    WarmupSpec,
-    answer_ids,
-    build_agent,
-    build_agent_from_args,
-    load_agent,
-    sft_batch,
-    sft_loss,
-)
+from hacpo.agents.warmup import WarmupSpec, build_agent, build_agent_from_args, load_agent
 from hacpo.data.synthetic import FAMILIES, STYLES, Problem, make_splits, solution_text, user_message
 
 ADD = Problem(id="add2-t", problem="12+34", answer="46", family="add2", difficulty=1, work="12+34=46")

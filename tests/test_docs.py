@@ -155,6 +155,15 @@ def test_every_run_config_key_says_what_it_means_and_the_runtime_list_is_its_tag
     assert {r.split("`")[1] for r in rows if "| yes |" in r} == tagged
 
 
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "reference").glob("*.md")), ids=lambda p: p.name)
+def test_every_key_and_flag_of_the_reference_says_what_it_means(page):
+    """A config key or command-line flag whose meaning cell is empty: its model field needs a description
+    (``Field(description=...)``) or its argparse argument a ``help=``."""
+    empty = [line.split("`")[1] for line in page.read_text().splitlines()
+             if line.startswith("| `") and line.rstrip().endswith("|  |")]  # fmt: skip
+    assert not empty, f"{page.name}: no meaning for {empty}"
+
+
 USER_PAGES = [ROOT / "README.md", ROOT / "config" / "README.md", ROOT / "profiles" / "README.md",
               ROOT / "results" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # fmt: skip
 HISTORY = re.compile(r"\b[Ii]ssues? \d+|\bstops? \d+\b")

@@ -232,7 +232,7 @@ def test_the_sliced_sft_loss_equals_the_full_cross_entropy(tmp_path):
     as cross-entropy over the model's full logits (the tiny agents keep the latter, bit for bit)."""
     from hacpo.agents import vocab
     from hacpo.agents.prompting import prompt_ids
-    from hacpo.agents.warmup import _batch_loss, answer_ids, sft_batch
+    from hacpo.agents.sft import _batch_loss, answer_ids, sft_batch
 
     src = _base_model_dir(tmp_path / "base", with_template=True)
     tok = AutoTokenizer.from_pretrained(src)

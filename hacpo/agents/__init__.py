@@ -5,5 +5,6 @@
 - the LM maths of the local engine: sampling, log-probs over shared prompts and prefixes (:mod:`.lm`), a
   fused decoder for Llama and Qwen3 (:mod:`.decode`), big-vocabulary heads in slices (:mod:`.vocab`);
 - LoRA adapters (:mod:`.adapters`), prompts and answer forms (:mod:`.prompting`, :mod:`.formats`);
-- the supervised warm-up (:mod:`.warmup`) and re-tokenisation between tokenizers (:mod:`.retokenize`).
+- supervised fine-tuning (:mod:`.sft`), the warm-ups built on it (:mod:`.warmup`) and re-tokenisation
+  between tokenizers (:mod:`.retokenize`).
 """

@@ -1,257 +1,56 @@
-"""Supervised warm-up (SFT) of tiny agents so that base agents start with non-trivial, different accuracy.
+"""Warm-ups (:func:`hacpo.agents.sft.sft`) that give base agents a non-trivial, different start: a tiny agent
+built from scratch (:class:`WarmupSpec`, :func:`build_agent`; the toy recipe: AdamW lr 3e-3, betas (0.9,
+0.98), weight decay 0.01, 100-step linear warm-up, batch 128, dev evaluation every 25 steps) and a
+pretrained model warmed on the task (:class:`ModelWarmup`, :func:`warm_model`).
 
-Recipe (toy-calibration note §1): AdamW lr 3e-3, betas (0.9, 0.98), weight decay 0.01, 100-step linear
-warm-up then constant, batch 128, grad clip 1.0, cross-entropy on answer tokens only (solution + EOS);
-greedy dev evaluation every 25 steps (and at step 0), stop at the first evaluation reaching
-``target_dev_acc``. Rows are ``templated prompt + solution + EOS``; prompts are left-padded when their
-lengths differ (attention mask + position ids), answers right-padded. Thread count is the caller's business.
-
-Output directory (written atomically: temp sibling, then rename): the Hugging Face model and tokenizer, and
-``agent.json`` (spec, spec hash, data digest, steps, dev curve, wall time, fingerprint, parameter count).
-A second call with the same spec and data returns the stored ``agent.json`` without training.
+A tiny agent's directory (written atomically: temp sibling, then rename): the Hugging Face model and
+tokenizer, and ``agent.json`` (spec, spec hash, data digest, steps, dev curve, wall time, fingerprint,
+parameter count). A second call with the same spec and data returns the stored ``agent.json`` without
+training; :func:`warm_model` caches the same way by its recorded identity.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from hacpo.agents.formats import ANSWER_FORMS, few_shot_answer
-from hacpo.agents.lm import left_pad, token_logprobs
 from hacpo.agents.models import AgentArch, build_model, param_count
-from hacpo.agents.prompting import exact_boxed_match, greedy_accuracy, prompt_ids
+from hacpo.agents.sft import SftRecipe, answer_ids, data_digest, sft
 from hacpo.agents.tokenizers import build_tokenizer, tokenizer_fingerprint
-from hacpo.cpu import keep_freed_memory
 from hacpo.data.synthetic import Problem, solution_text
+from hacpo.hardware import keep_freed_memory
 from hacpo.runio import atomic_dir, atomic_write_json
 
 AGENT_JSON = "agent.json"
 
 
 @dataclass(frozen=True)
-class WarmupSpec:
+class WarmupSpec(SftRecipe):
+    """A tiny agent built from scratch (:func:`build_agent`): its architecture and tokenizer, then the
+    module docstring's recipe."""
+
     arch: AgentArch = field(default_factory=AgentArch)
     tokenizer: str = "char"  # "char" | "word"
     families: tuple[str, ...] = ("add2",)  # recorded; the data itself comes from ``splits``
-    style: str = "compact"  # "compact" | "paper"
-    seed: int = 0
-    lr: float = 3e-3
-    betas: tuple[float, float] = (0.9, 0.98)
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    batch_size: int = 128
-    grad_clip: float = 1.0
-    target_dev_acc: float | None = None  # None: train max_steps
-    max_steps: int = 2000
-    eval_every: int = 25
-    n_dev: int = 200  # first n_dev problems of splits["dev"]
-    max_new_tokens: int | None = None  # greedy dev decoding; None: longest dev answer (tokens + EOS) + 2
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         object.__setattr__(self, "families", tuple(self.families))
-        object.__setattr__(self, "betas", tuple(self.betas))
         if isinstance(self.arch, dict):
             object.__setattr__(self, "arch", AgentArch.from_dict(self.arch))
         if not isinstance(self.arch, AgentArch):
             raise ValueError(f"arch must be an AgentArch or a dict, got {type(self.arch).__name__}")
         if self.tokenizer not in ("char", "word"):
             raise ValueError(f"unknown tokenizer kind {self.tokenizer!r}; use 'char' or 'word'")
-        if self.style not in ("compact", "paper"):
-            raise ValueError(f"unknown prompt style {self.style!r}; use 'compact' or 'paper'")
-        if self.max_steps < 0 or self.eval_every < 1 or self.batch_size < 1 or self.n_dev < 1:
-            raise ValueError(f"bad warm-up sizes: {self}")
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["families"], d["betas"] = list(self.families), list(self.betas)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict) -> WarmupSpec:
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise ValueError(
-                f"unknown WarmupSpec keys {sorted(unknown)}; known: {list(cls.__dataclass_fields__)}"
-            )
-        d = dict(d)
-        if isinstance(d.get("arch"), dict):
-            d["arch"] = AgentArch.from_dict(d["arch"])
-        return cls(**d)
-
-    def spec_hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def data_digest(train: list[Problem], dev: list[Problem]) -> str:
-    """Identity of the data a warm-up saw (ids in order); part of the cache key."""
-    h = hashlib.sha256()
-    for name, rows in (("train", train), ("dev", dev)):
-        h.update(name.encode())
-        for p in rows:
-            h.update(p.id.encode() + b"\0")
-    return h.hexdigest()[:16]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Encoding
-
-
-def answer_ids(tokenizer, problem: Problem, style: str) -> list[int]:
-    """SFT target ids: solution text + EOS."""
-    return tokenizer(solution_text(problem, style), add_special_tokens=False)["input_ids"] + [
-        tokenizer.eos_token_id
-    ]
-
-
-def sft_batch(prompts: list[list[int]], answers: list[list[int]], pad_id: int) -> dict:
-    """``input_ids`` = left-padded prompts + right-padded answers; ``labels`` = answer ids, -100 elsewhere;
-    ``attention_mask``/``position_ids`` only when prompt lengths differ (else None)."""
-    p_ids, p_mask = left_pad(prompts, pad_id)
-    a_len = max(len(a) for a in answers)
-    a_ids = torch.full((len(answers), a_len), pad_id, dtype=torch.long)
-    labels = torch.full((len(answers), a_len), -100, dtype=torch.long)
-    for i, a in enumerate(answers):
-        a_ids[i, : len(a)] = torch.tensor(a, dtype=torch.long)
-        labels[i, : len(a)] = a_ids[i, : len(a)]
-    input_ids = torch.cat([p_ids, a_ids], dim=1)
-    attn = pos = None
-    if not bool(p_mask.all()):
-        attn = torch.cat([p_mask, torch.ones_like(a_ids, dtype=torch.bool)], dim=1).long()
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-    return {
-        "input_ids": input_ids,
-        "labels": labels,
-        "response_start": p_ids.shape[1],
-        "attention_mask": attn,
-        "position_ids": pos,
-    }
-
-
-def _batch_loss(model, batch: dict, reduction: str = "mean", sliced: bool = False) -> torch.Tensor:
-    """Cross-entropy of the answer tokens. ``sliced``: through :func:`hacpo.agents.lm.token_logprobs` (the
-    vocabulary head on answer positions only, in slices: a pretrained model's 262,144-token head would
-    otherwise make ``[rows, tokens, V]`` float32 logits of every prompt position)."""
-    dev = next(model.parameters()).device
-    on = {k: v.to(dev) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}  # the model's device
-    if sliced:
-        start, labels = on["response_start"], on["labels"]
-        mask = labels != -100
-        logp = token_logprobs(model, on["input_ids"], start, attention_mask=on["attention_mask"])
-        total = -(logp * mask).sum()
-        return total if reduction == "sum" else total / mask.sum().clamp(min=1)
-    logits = model(
-        input_ids=on["input_ids"],
-        attention_mask=on["attention_mask"],
-        position_ids=on["position_ids"],
-    ).logits
-    start = on["response_start"]
-    logits = logits[:, start - 1 : -1, :].float()
-    return F.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]), on["labels"].reshape(-1), reduction=reduction
-    )
-
-
-@torch.no_grad()
-def sft_loss(
-    model, tokenizer, problems: list[Problem], style: str, batch_size: int = 512, answers=None,
-    sliced: bool = False,
-) -> float:  # fmt: skip
-    """Token-mean cross-entropy of solution + EOS (or ``answers[i]``, ids) given the templated prompt."""
-    was_training = model.training
-    model.eval()
-    total, count = 0.0, 0
-    try:
-        for i in range(0, len(problems), batch_size):
-            chunk = problems[i : i + batch_size]
-            b = sft_batch(
-                [prompt_ids(tokenizer, p, style) for p in chunk],
-                answers[i : i + batch_size] if answers else [answer_ids(tokenizer, p, style) for p in chunk],
-                tokenizer.pad_token_id,
-            )
-            total += float(_batch_loss(model, b, reduction="sum", sliced=sliced))
-            count += int((b["labels"] != -100).sum())
-    finally:
-        model.train(was_training)
-    return total / max(count, 1)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Warm-up
-
-
-def sft(
-    model, tok, train: list[Problem], dev: list[Problem], hyper, answer_of, max_new: int, autocast=None,
-    sliced: bool = False,
-):  # fmt: skip
-    """Supervised fine-tuning (the module docstring's recipe, ``hyper``'s optimiser and stopping fields: a
-    :class:`WarmupSpec` or a :class:`ModelWarmup`): cross-entropy of ``answer_of(problem)`` (ids) after the
-    templated prompt, greedy dev accuracy at step 0 and every ``eval_every`` steps, stopping at the first
-    evaluation reaching ``target_dev_acc``. ``autocast``: a context factory for the passes (bf16 on CPU);
-    ``sliced``: the loss through the vocabulary head in slices (:func:`_batch_loss`). Returns (steps taken,
-    dev curve)."""
-    t0 = time.perf_counter()
-    autocast = autocast or contextlib.nullcontext
-    style = hyper.style
-    p_rows = [prompt_ids(tok, p, style) for p in train]
-    a_rows = [answer_of(p) for p in train]
-    dev_answers = [answer_of(p) for p in dev]
-    opt = torch.optim.AdamW(
-        model.parameters(), lr=hyper.lr, betas=hyper.betas, weight_decay=hyper.weight_decay
-    )
-    warm = max(hyper.warmup_steps, 0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    gen = torch.Generator().manual_seed(hyper.seed)
-    perm, cursor = torch.randperm(len(train), generator=gen), 0
-    curve: list[dict] = []
-    window: list[float] = []
-    dev_batch = hyper.batch_size if sliced else 512  # a pretrained model's teacher forcing: its batch size
-
-    def evaluate(step: int) -> float:
-        with autocast():
-            acc = greedy_accuracy(model, tok, dev, style, max_new, judge=exact_boxed_match)
-            loss = sft_loss(model, tok, dev, style, dev_batch, answers=dev_answers, sliced=sliced)
-        train_loss = sum(window) / len(window) if window else None
-        curve.append({"step": step, "dev_acc": acc, "dev_loss": loss, "train_loss": train_loss,
-                      "wall_s": round(time.perf_counter() - t0, 3)})  # fmt: skip
-        window.clear()
-        return acc
-
-    def reached(acc: float) -> bool:
-        return hyper.target_dev_acc is not None and acc >= hyper.target_dev_acc
-
-    model.train()
-    step = 0
-    acc = evaluate(0)
-    while not reached(acc) and step < hyper.max_steps:
-        idx: list[int] = []
-        while len(idx) < hyper.batch_size:
-            if cursor >= len(perm):
-                perm, cursor = torch.randperm(len(train), generator=gen), 0
-            take = perm[cursor : cursor + hyper.batch_size - len(idx)].tolist()
-            cursor += len(take)
-            idx += take
-        batch = sft_batch([p_rows[i] for i in idx], [a_rows[i] for i in idx], tok.pad_token_id)
-        with autocast():
-            loss = _batch_loss(model, batch, sliced=sliced)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), hyper.grad_clip)
-        opt.step()
-        sched.step()
-        step += 1
-        window.append(float(loss.detach()))
-        if step % hyper.eval_every == 0 or step == hyper.max_steps:
-            acc = evaluate(step)
-    return step, curve
+        return {**super().to_dict(), "families": list(self.families)}
 
 
 def _read_meta(out_dir: Path) -> dict | None:
@@ -322,7 +121,7 @@ def _save_atomically(out_dir: Path, model, tok, meta: dict) -> None:
 
 
 @dataclass(frozen=True)
-class ModelWarmup:
+class ModelWarmup(SftRecipe):
     """A short SFT of a pretrained (imported) model on the task's train split, in its own prompt format: the
     answer (``answer``) is the worked one-line solution (``"solution"``: ``" 12+34=46. \\boxed{46}"``) or the
     few-shot examples' form (``"few_shot"``: ``" 12 + 34 = 46. The answer is \\boxed{46}."``, what the
@@ -331,14 +130,11 @@ class ModelWarmup:
     master weights, bf16 autocast where the CPU runs it natively (``precision: auto``)."""
 
     style: str = "paper"
-    seed: int = 0
     lr: float = 1e-5
     betas: tuple[float, float] = (0.9, 0.95)
     weight_decay: float = 0.0
     warmup_steps: int = 0
     batch_size: int = 16
-    grad_clip: float = 1.0
-    target_dev_acc: float | None = None
     max_steps: int = 40
     eval_every: int = 10
     n_dev: int = 100
@@ -347,34 +143,21 @@ class ModelWarmup:
     answer: str = "solution"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "betas", tuple(self.betas))
-        if self.style not in ("compact", "paper"):
-            raise ValueError(f"unknown prompt style {self.style!r}; use 'compact' or 'paper'")
+        super().__post_init__()
         if self.answer not in ANSWER_FORMS:
             raise ValueError(f"unknown answer form {self.answer!r}; use one of {', '.join(ANSWER_FORMS)}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be auto, fp32 or bf16, got {self.precision!r}")
-        if (
-            min(
-                self.max_steps,
-                self.batch_size - 1,
-                self.eval_every - 1,
-                self.n_dev - 1,
-                self.max_new_tokens - 1,
-            )
-            < 0
-        ):
-            raise ValueError(f"bad warm-up sizes: {self}")
 
-    def to_dict(self) -> dict:
-        return {**asdict(self), "betas": list(self.betas)}
+    @staticmethod
+    def without_default_answer(fields: dict) -> dict:
+        """``fields`` without ``answer`` where it is the default: warm-ups recorded before the field existed
+        keep their identity (:meth:`spec_hash`) and the workflow's rule its parameters (``WarmFrom.spec``)."""
+        default = fields.get("answer") == ModelWarmup.answer
+        return {k: v for k, v in fields.items() if not (k == "answer" and default)}
 
-    def spec_hash(self) -> str:
-        fields = self.to_dict()
-        if fields["answer"] == "solution":  # the default: warm-ups recorded before the field keep their hash
-            del fields["answer"]
-        blob = json.dumps(fields, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    def recorded(self) -> dict:
+        return self.without_default_answer(self.to_dict())
 
     def answer_text(self, problem: Problem) -> str:
         """The SFT target's text, before the format's stop (see ``answer``)."""
@@ -413,7 +196,7 @@ def warm_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hacpo.agents.sources import MANIFEST
-    from hacpo.cpu import resolve_precision
+    from hacpo.hardware import resolve_precision
 
     keep_freed_memory()
     base, out_dir = Path(base), Path(out_dir)
@@ -537,3 +320,15 @@ def load_agent(out_dir: str | os.PathLike):
         raise FileNotFoundError(f"{out_dir / AGENT_JSON} missing or unreadable; run build_agent first")
     model = AutoModelForCausalLM.from_pretrained(out_dir).float().eval()
     return model, AutoTokenizer.from_pretrained(out_dir), meta
+
+
+def __getattr__(name: str):
+    if name in ("sft_loss", "sft_batch"):  # moved in 0.2.0; the alias goes in 0.3.0
+        import warnings
+
+        from hacpo.agents import sft as moved
+
+        message = f"hacpo.agents.warmup.{name} is now hacpo.agents.sft.{name}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(moved, name)
+    raise AttributeError(f"module 'hacpo.agents.warmup' has no attribute {name!r}")

@@ -46,10 +46,11 @@ class HubDataset(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$")
-    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
-    split: str = "train"
-    config: str | None = None
+    repo: str = Field(pattern=r"^[\w.-]+/[\w.-]+$", description="The Hub dataset's id, `org/name`.")
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$", description="The commit to read, 40 hex digits (a "
+                          "branch or tag would move under the runs that read it).")
+    split: str = Field("train", description="The split to read.")
+    config: str | None = Field(None, description="The dataset's subset, where it has several.")
 
     def cache_file(self, cache: Path) -> Path:
         subset = f"-{self.config}" if self.config else ""
@@ -61,9 +62,10 @@ class FieldMap(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    problem: str = Field("problem", min_length=1)
-    answer: str = Field("answer", min_length=1)
-    id: str | None = Field(None, min_length=1)
+    problem: str = Field("problem", min_length=1, description="The field holding the problem text.")
+    answer: str = Field("answer", min_length=1, description="The field holding the reference answer.")
+    id: str | None = Field(None, min_length=1, description="The field holding the record's id; unset: a hash "
+                           "of the dataset's name and the problem text.")
 
 
 def read_records(path: str | Path, key: str) -> list[dict[str, Any]]:

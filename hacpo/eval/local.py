@@ -8,8 +8,8 @@ from hacpo.agents.adapters import load_causal_lm
 from hacpo.agents.lm import generate, left_pad, rows_per_batch
 from hacpo.agents.prompting import prompt_ids
 from hacpo.agents.retokenize import pad_token_id, response_text, stop_token_ids
-from hacpo.cpu import keep_freed_memory, resolve_precision
 from hacpo.data.synthetic import as_problem
+from hacpo.hardware import keep_freed_memory, resolve_precision
 
 
 class LocalGenerator:

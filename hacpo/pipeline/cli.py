@@ -190,23 +190,26 @@ def cmd_plan(args) -> int:
 
 def add_cli(sub) -> None:
     m = sub.add_parser("manifest", help="merge per-dataset manifest entries")
-    m.add_argument("--out", required=True)
-    m.add_argument("inputs", nargs="+")
+    m.add_argument("--out", required=True, help="the merged manifest (JSON) to write")
+    m.add_argument("inputs", nargs="+", help="per-dataset manifest entries (JSON); a name's later entry wins")
     m.set_defaults(func=cmd_manifest)
 
     r = sub.add_parser("rescore", help="score saved responses again (no generation) against a benchmark file")
     r.add_argument("--samples", required=True, help="<bench>.samples.jsonl written by evaluate")
     r.add_argument("--benchmark", required=True, help="benchmark JSONL with the golds (id, answer)")
     r.add_argument("--out", required=True, help="summary JSON; the re-scored audit goes beside it")
-    r.add_argument("--scorer-workers", type=int, default=2)
+    r.add_argument("--scorer-workers", type=int, default=2, help="math-verify processes (0: in this process)")
     r.set_defaults(func=cmd_rescore)
 
     f = sub.add_parser("profiles", help="collect every run's time and peak memory into one CSV")
-    f.add_argument("--out", required=True)
+    f.add_argument("--out", required=True, help="the CSV to write, one row per run")
     f.add_argument("--runs", nargs="+", required=True, help="run directories")
     f.add_argument("--benchmarks", nargs="+", required=True, help="Snakemake benchmark TSVs, same order")
     f.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
-    p.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    p.add_argument(
+        "--configfile", nargs="+", default=["config/config.yaml"],
+        help="workflow config files, as snakemake reads them (later files' keys win)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_plan)

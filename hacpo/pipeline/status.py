@@ -1,4 +1,4 @@
-"""``hacpo status``: where a workflow's runs stand while it runs (issue 31), from their run directories only.
+"""``hacpo status``: where a workflow's runs stand while it runs, from their run directories only.
 
 For every run a config asks for (or given run directories): its state (:mod:`hacpo.lifecycle`), step k of
 N from ``metrics.jsonl``, the last validation accuracy of each agent, the wall time so far (its steps and
@@ -164,6 +164,9 @@ def cmd_status(args) -> int:
 def add_cli(sub) -> None:
     s = sub.add_parser("status", help="where a workflow's runs stand: state, step k of N, time left")
     s.add_argument("run_dirs", nargs="*", help="run directories (default: every run of --configfile)")
-    s.add_argument("--configfile", nargs="+", default=["config/config.yaml"])
+    s.add_argument(
+        "--configfile", nargs="+", default=["config/config.yaml"],
+        help="workflow config files, as snakemake reads them (later files' keys win)",
+    )  # fmt: skip
     s.add_argument("--json", action="store_true", help="one JSON object: every run and the total")
     s.set_defaults(func=cmd_status)

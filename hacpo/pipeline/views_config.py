@@ -1,6 +1,6 @@
 """The views of a workflow config: its tables (the paper's, in its numbering), its figures and its
 scorecards of the paper's claims (docs/statistics.md), with their margins and sequential budgets. The
-cross-references between a view and the rest of the config are checked in :mod:`.config`."""
+cross-references between a view and the rest of the config are checked in :mod:`.view_checks`."""
 
 from __future__ import annotations
 
@@ -14,11 +14,18 @@ from .schema import Strict as _Strict
 
 class _View(_Strict):
     """What every table and figure has, and the names it refers to (each kind says which of its keys name a
-    pair, a method or an eval setting: what :class:`ViewChecks` resolves against the config)."""
+    pair, a method or an eval setting: what :class:`~.view_checks.ViewChecks` resolves against the config)."""
 
-    title: str | None = None
-    # False: built only when named (`snakemake <name>`), never by the default target (nor its runs)
-    default: bool = True
+    title: str | None = Field(
+        None,
+        description="The caption's title; unset: the paper's own for the names `table1`…`table9`, "
+        "`alpha_ablation`, `figure2` and `figure3`, the scorecard's for `kind: claims`, else the name.",
+    )
+    default: bool = Field(
+        True,
+        description="`false`: built only when named (`snakemake <name>`); the default target neither builds "
+        "it nor trains runs for it.",
+    )
 
     def pair_refs(self) -> dict[str, str]:
         """Key path (under the view) → the pair it names."""
@@ -37,21 +44,45 @@ def _listed(key: str, names) -> dict[str, str]:
     return {f"{key}.{i}": n for i, n in enumerate(names or [])}
 
 
+# Meanings that several views share word for word.
+_SEEDS = "The seeds whose runs it reads (trained if missing); unset: the config's `seeds`."
+_EVAL = "The eval setting (a key of `eval_settings`) whose evaluations it reads."
+_BENCHMARK = "The benchmark of that eval setting it shows."
+
+
 class _Table(_View):
-    note: str | None = None
+    note: str | None = Field(
+        None, description="Text added to the caption, before `report.note` and the table's own notes."
+    )
 
 
 class AccuracyTable(_Table):
-    kind: Literal["accuracy"]
-    pairs: list[Id] = Field(min_length=1)
-    methods: list[Id] = Field(min_length=1)  # "base" = the untrained models
-    eval: Id
-    benchmarks: list[Id] | Literal["all"] = "all"
-    compare_to: Id | None = None
-    seeds: list[int] | None = None
-    # also draw it (figures/<name>.png): per agent, each method's mean ± std over seeds and every seed's value
-    # (the AVG over its benchmarks, or its one benchmark)
-    figure: bool = False
+    kind: Literal["accuracy"] = Field(
+        description="`accuracy`: benchmark accuracy per agent and method, a block per pair, with an AVG "
+        "column when it shows several benchmarks (the paper's Tables 1, 2, 3 and 9)."
+    )
+    pairs: list[Id] = Field(
+        min_length=1, description="The pairs whose agents are its rows, a block per pair."
+    )
+    methods: list[Id] = Field(
+        min_length=1,
+        description="The methods, a row each per agent; `base`: the untrained model (evaluated once).",
+    )
+    eval: Id = Field(description=_EVAL)
+    benchmarks: list[Id] | Literal["all"] = Field(
+        "all", description="The benchmarks of that eval setting to show, a column each; `all`: every one."
+    )
+    compare_to: Id | None = Field(
+        None,
+        description="Another method of `methods`: its Markdown and LaTeX add, in brackets, HACPO − that "
+        "method (ours) to the `hacpo` rows.",
+    )
+    seeds: list[int] | None = Field(None, description=_SEEDS)
+    figure: bool = Field(
+        False,
+        description="Also draw it (`figures/<name>.png`): per agent, each method's mean ± std over seeds "
+        "and every seed's value (of the AVG, or of its one benchmark).",
+    )
 
     def pair_refs(self) -> dict[str, str]:
         return _listed("pairs", self.pairs)
@@ -64,19 +95,27 @@ class AccuracyTable(_Table):
 
 
 class HyperTable(_Table):
-    kind: Literal["hyperparams"]
-    pairs: list[Id] = Field(min_length=1)
+    kind: Literal["hyperparams"] = Field(
+        description="`hyperparams`: each pair's HACPO α, 1−δ and δ_step (`pairs.<pair>.hacpo`) beside the "
+        "paper's (Table 4)."
+    )
+    pairs: list[Id] = Field(min_length=1, description="The pairs, a row each.")
 
     def pair_refs(self) -> dict[str, str]:
         return _listed("pairs", self.pairs)
 
 
 class RatioTable(_Table):
-    kind: Literal["ratio_stats"]
-    pair: Id
-    agent: Id
-    method: Id = "hacpo"
-    seeds: list[int] | None = None
+    kind: Literal["ratio_stats"] = Field(
+        description="`ratio_stats`: the mean, max, min and range over all steps (seeds pooled) of one "
+        "agent's s_homo and s_hete, its mean sequence ratio on its own and on cross rows (Table 5)."
+    )
+    pair: Id = Field(description="The pair whose joint runs it reads.")
+    agent: Id = Field(description="The agent of `pair` whose ratios it shows.")
+    method: Id = Field(
+        "hacpo", description="The method whose runs it reads; one that trains on its peers' (cross) rows."
+    )
+    seeds: list[int] | None = Field(None, description=_SEEDS)
 
     def pair_refs(self) -> dict[str, str]:
         return {"pair": self.pair}
@@ -86,12 +125,14 @@ class RatioTable(_Table):
 
 
 class SeedTable(_Table):
-    kind: Literal["seeds"]
-    pair: Id
-    methods: list[Id] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
-    eval: Id
-    benchmark: Id
+    kind: Literal["seeds"] = Field(
+        description="`seeds`: one benchmark's accuracy per agent and method, a column per seed (Table 6)."
+    )
+    pair: Id = Field(description="The pair whose agents are its rows.")
+    methods: list[Id] = Field(min_length=1, description="The methods, a row each per agent.")
+    seeds: list[int] = Field(min_length=1, description="The seeds, a column each (trained if missing).")
+    eval: Id = Field(description=_EVAL)
+    benchmark: Id = Field(description=_BENCHMARK)
 
     def pair_refs(self) -> dict[str, str]:
         return {"pair": self.pair}
@@ -104,10 +145,15 @@ class SeedTable(_Table):
 
 
 class ProfileTable(_Table):
-    kind: Literal["runtime", "memory"]
-    pair: Id
-    methods: list[Id] = Field(min_length=1)
-    seeds: list[int] | None = None
+    kind: Literal["runtime", "memory"] = Field(
+        description="`runtime`: wall-clock seconds per agent and in total (Table 7); `memory`: peak GPU "
+        "memory, or process RSS without a GPU (Table 8). Both end with a column relative to `gspo`."
+    )
+    pair: Id = Field(description="The pair whose agents are its columns.")
+    methods: list[Id] = Field(
+        min_length=1, description="The methods, a row each; include `gspo`, the relative column's reference."
+    )
+    seeds: list[int] | None = Field(None, description=_SEEDS)
 
     def pair_refs(self) -> dict[str, str]:
         return {"pair": self.pair}
@@ -117,12 +163,18 @@ class ProfileTable(_Table):
 
 
 class AlphaTable(_Table):
-    kind: Literal["alpha"]
-    pairs: list[Id] = Field(min_length=1)
-    alphas: list[float] = Field(min_length=1)
-    eval: Id
-    benchmark: Id
-    seeds: list[int] | None = None
+    kind: Literal["alpha"] = Field(
+        description="`alpha`: one benchmark's accuracy per agent under each HACPO α (the α ablation)."
+    )
+    pairs: list[Id] = Field(min_length=1, description="The pairs whose agents are its rows.")
+    alphas: list[float] = Field(
+        min_length=1,
+        description="The α values, a column each: `hacpo` with `alpha` overridden (method "
+        "`hacpo_alpha<α>` unless the config defines one); the pair's own α reuses its HACPO run.",
+    )
+    eval: Id = Field(description=_EVAL)
+    benchmark: Id = Field(description=_BENCHMARK)
+    seeds: list[int] | None = Field(None, description=_SEEDS)
 
     def pair_refs(self) -> dict[str, str]:
         return _listed("pairs", self.pairs)
@@ -152,32 +204,79 @@ class ClaimPaper(_Strict):
     """Where the paper's own effect comes from: its printed tables (``paper_results.csv``), tried in order
     for each pair's block, and what its sentence states, when it states a number."""
 
-    tables: list[Literal[PAPER_TABLES]] = []  # type: ignore[valid-type]
-    stated: float | None = None  # the effect the sentence states (0.036 for "+3.6 %")
+    tables: list[Literal[PAPER_TABLES]] = Field(  # type: ignore[valid-type]
+        [],
+        description="The paper's printed tables to take its effect from, in order: the first that prints "
+        "the row's numbers gives it; empty: the row shows no paper effect.",
+    )
+    stated: float | None = Field(
+        None,
+        description='The effect the claim\'s sentence states (0.036 for "+3.6 %"); a note checks it against '
+        "the paper's tables.",
+    )
 
 
 class Claim(_Strict):
     """One claim of the paper, tested on paired seeds (docs/statistics.md): a − b in ``direction``, where a
     and b are methods on the same pair, agent and seed, or b is a ``threshold``."""
 
-    source: str  # where the paper makes it: "Table 1", "abstract (v2)", ...
-    quote: str | None = None
-    a: Id  # a method (or "base")
-    b: Id | None = None  # a method; or give `threshold`
-    threshold: float | None = None
-    center: float | None = None  # threshold claims: |a − center| against the threshold (s_homo ≈ 1)
-    direction: Literal[">", "<"]
-    metric: str  # a benchmark of the eval setting, or one of CLAIM_METRICS
-    ratio: bool = False  # a / b − 1 instead of a − b (wall time)
-    tables: list[Id] = []  # config tables or figures whose pairs and eval setting it takes when it names none
-    pairs: list[Id] | None = None
-    agents: list[Id] | None = None  # None: every agent of each pair
-    average: bool = False  # also the mean over agents: per pair, and over all its pairs
-    eval: Id | None = None
-    paper: ClaimPaper = ClaimPaper()
+    source: str = Field(
+        description='Where the paper makes the claim ("Table 1", "abstract (v2)"); the scorecard shows it.'
+    )
+    quote: str | None = Field(None, description="The paper's wording of the claim, for reference.")
+    a: Id = Field(description="Side a: a method, or `base` (the untrained model: evaluation metrics only).")
+    b: Id | None = Field(None, description="Side b, a method; give either `b` or `threshold`, not both.")
+    threshold: float | None = Field(
+        None,
+        description="A number to compare a with instead of `b`; needed for `s_homo` and `s_hete`, refused "
+        "with `ratio`.",
+    )
+    center: float | None = Field(
+        None, description="Threshold claims only: compare |a − center| with `threshold` (s_homo ≈ 1)."
+    )
+    direction: Literal[">", "<"] = Field(
+        description="`>` or `<`: the sign the paper states for a − b (or a − `threshold`)."
+    )
+    metric: str = Field(
+        description="What is compared: a benchmark of the eval setting, `avg`, `val_last_third`, "
+        "`wall_time`, `s_homo` or `s_hete`."
+    )
+    ratio: bool = Field(
+        False, description="Compare a / b − 1 with 0 instead of a − b (wall time); two-method claims only."
+    )
+    tables: list[Id] = Field(
+        [],
+        description="Config tables or figures whose pairs and eval setting it takes when it names no "
+        "`pairs` or `eval`, so a pair added to them gets the claim.",
+    )
+    pairs: list[Id] | None = Field(
+        None, description="The pairs it is tested on; unset: those of its `tables`."
+    )
+    agents: list[Id] | None = Field(
+        None,
+        description="The agents it is tested on in each pair; unset: every agent. Not with `wall_time`, "
+        "which is one number per pair.",
+    )
+    average: bool = Field(
+        False,
+        description="Also test each pair's mean over its agents and the mean over all its pairs' agents. "
+        "Not with `wall_time`.",
+    )
+    eval: Id | None = Field(
+        None,
+        description="The eval setting of a benchmark or `avg` metric; unset: that of the first of its "
+        "`tables` that has one.",
+    )
+    paper: ClaimPaper = Field(
+        ClaimPaper(), description="Where the paper's own effect, shown beside ours, comes from."
+    )
     margin: float | None = Field(
-        None, ge=0
-    )  # equivalence within ±margin (None: the metric's default; 0: none)
+        None,
+        ge=0,
+        description='Its equivalence margin m (an interval inside ±m is "equivalent"); unset: the table\'s '
+        "`margins` entry for its metric, else 0.02 for accuracies and 0.05 for `wall_time` (none for "
+        "threshold claims); 0: none.",
+    )
 
     @model_validator(mode="after")
     def _one_other_side(self):
@@ -219,15 +318,31 @@ class ClaimsTable(_Table):
     ``seeds`` unset: each row uses the seeds the default target's runs already have (at least the config's
     first); set: every row trains and evaluates those seeds."""
 
-    kind: Literal["claims"]
-    claims: dict[Id, Claim] = Field(min_length=1)
-    seeds: list[int] | None = Field(None, min_length=1)
-    margins: dict[
-        str, Annotated[float, Field(ge=0)]
-    ] = {}  # per metric, the equivalence margin instead of DEFAULT_MARGINS'
-    sequential: Sequential | None = None  # seeds added where a claim is still open: `snakemake decide_<name>`
-    # other machines' results folders of this same config: their seeds join each row, a stratum per machine
-    results_from: list[str] = []
+    kind: Literal["claims"] = Field(
+        description="`claims`: the scorecard of the paper's claims, each tested on paired seeds."
+    )
+    claims: dict[Id, Claim] = Field(min_length=1, description="The claims, by id.")
+    seeds: list[int] | None = Field(
+        None,
+        min_length=1,
+        description="Unset: each row uses the seeds the default target's runs already have, training "
+        "nothing; set: every row trains and evaluates these (the first look of `sequential`).",
+    )
+    margins: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        {},
+        description="Per metric, the equivalence margin instead of the default (0.02 for accuracies, 0.05 "
+        "for `wall_time`; 0: none); a claim's own `margin` comes first.",
+    )
+    sequential: Sequential | None = Field(
+        None,
+        description="`snakemake decide_<name>` adds seeds, a block a look, to the rows still undecided; "
+        "needs `seeds`.",
+    )
+    results_from: list[str] = Field(
+        [],
+        description="Other machines' results folders of this same config: their runs of the same seeds "
+        "join each row, a stratum per machine.",
+    )
 
     @model_validator(mode="after")
     def _sequential_needs_seeds(self):
@@ -284,10 +399,15 @@ Table = Annotated[
 class CurvesFigure(_View):
     """Validation accuracy against the step, a line per method, a panel per agent of each pair."""
 
-    kind: Literal["curves"]
-    pairs: list[Id] = Field(min_length=1)
-    methods: list[Id] = Field(min_length=1)
-    seeds: list[int] | None = None
+    kind: Literal["curves"] = Field(
+        description="`curves`: greedy validation accuracy (on `val_data`) against the training step (the "
+        "paper's Figures 2 and 3)."
+    )
+    pairs: list[Id] = Field(min_length=1, description="The pairs, a panel per agent of each.")
+    methods: list[Id] = Field(
+        min_length=1, description="The methods, a line each: the mean with a 95 % bootstrap band."
+    )
+    seeds: list[int] | None = Field(None, description=_SEEDS)
 
     def pair_refs(self) -> dict[str, str]:
         return _listed("pairs", self.pairs)
@@ -300,7 +420,10 @@ class UpdatesFigure(CurvesFigure):
     """The share of cross rows inside the stepwise clip against the update m (``updates.jsonl``): which
     cross rows can carry gradient under each method's mini-batch order. HACPO losses only."""
 
-    kind: Literal["updates"]
+    kind: Literal["updates"] = Field(
+        description="`updates`: the share of cross rows inside the stepwise clip [lo_m, 1] at each update m "
+        "(`updates.jsonl`); methods with a HACPO loss only."
+    )
 
 
 class StepsFigure(CurvesFigure):
@@ -308,119 +431,16 @@ class StepsFigure(CurvesFigure):
     and field, a line per method, the mean over seeds with a 95 % band. ``metrics``: per-agent fields
     (``reward``, ``own_adv_sum``, ``cross_in_bounds_frac``, ``s_hete_mean``, …); ``agents``: only these."""
 
-    kind: Literal["steps"]
-    metrics: list[str] = Field(min_length=1)
-    agents: list[Id] | None = None
+    kind: Literal["steps"] = Field(
+        description="`steps`: per-agent fields of the runs' `metrics.jsonl` against the step, a panel per "
+        "agent and field."
+    )
+    metrics: list[str] = Field(
+        min_length=1,
+        description="The fields to plot: `reward`, `own_adv_sum`, `cross_adv_sum`, `cross_in_bounds_frac`, "
+        "`s_hete_mean`, …",
+    )
+    agents: list[Id] | None = Field(None, description="Only these agents' panels; unset: every agent.")
 
 
 Figure = Annotated[CurvesFigure | UpdatesFigure | StepsFigure, Field(discriminator="kind")]
-
-
-class ViewChecks:
-    """The views' cross-references against the rest of the config (pairs, methods, eval settings,
-    benchmarks), as key-path errors: a mixin of :class:`~hacpo.pipeline.config.PipelineConfig`, whose
-    lookups (``_missing``, ``method_names``, ``registry_method``, ``benchmarks_of``) it uses."""
-
-    def _views(self) -> list[tuple[str, object]]:
-        """Tables and figures under their key paths (a name used by both is refused in _view_problems)."""
-        return [
-            *((f"tables.{k}", t) for k, t in self.tables.items()),
-            *((f"figures.{k}", f) for k, f in self.figures.items()),
-        ]
-
-    def _view_problems(self, path: str, t) -> list[str]:
-        need, errs, methods = self._missing, [], self.method_names()
-        name = path.split(".", 1)[1]
-        if path.startswith("figures.") and name in self.tables:
-            errs.append(f"{path}: a table has this name too; rename one (each name is a snakemake target)")
-        for where, p in t.pair_refs().items():
-            errs += need(f"{path}.{where}", p, self.pairs, "pair")
-        for where, m in t.method_refs().items():  # "base", the untrained models, only in a list of methods
-            known = {*methods, "base"} if where.startswith("methods.") else methods
-            errs += need(f"{path}.{where}", m, known, "method")
-        if (refs := t.eval_refs()) is not None:
-            setting, wanted = refs
-            errs += need(f"{path}.eval", setting, self.eval_settings, "eval setting")
-            allowed = set(self.benchmarks_of(setting)) if setting in self.eval_settings else set()
-            for b in wanted:
-                errs += need(f"{path}.benchmark", b, allowed, f"benchmark of eval setting {setting!r}")
-        if isinstance(t, RatioTable):
-            if t.pair in self.pairs:
-                errs += need(f"{path}.agent", t.agent, self.pairs[t.pair].agents, f"agent of pair {t.pair!r}")
-            if t.method in methods and not self.registry_method(t.method).cross_rows:
-                errs.append(f"{path}.method: {t.method!r} trains on no peer rows, so it has no s_hete")
-        if isinstance(t, ClaimsTable):
-            for cid, c in t.claims.items():
-                errs += self._claim_problems(f"{path}.claims.{cid}", c)
-        if isinstance(t, UpdatesFigure):
-            for i, m in enumerate(t.methods):
-                if m in methods and self.registry_method(m).loss != "hacpo":
-                    errs.append(f"{path}.methods.{i}: {m!r} has no stepwise clip (a HACPO loss has)")
-        return errs
-
-    def _claim_problems(self, path: str, c: Claim) -> list[str]:
-        """A claim's names (methods, pairs, agents, tables, eval setting, metric) against the config."""
-        need, errs, methods = self._missing, [], {*self.method_names(), "base"}
-        for key in ("a", "b"):
-            if getattr(c, key) is not None:
-                errs += need(f"{path}.{key}", getattr(c, key), methods, "method")
-        for i, name in enumerate(c.tables):
-            errs += need(f"{path}.tables.{i}", name, {**self.tables, **self.figures}, "table or figure")
-        for i, p in enumerate(c.pairs or []):
-            errs += need(f"{path}.pairs.{i}", p, self.pairs, "pair")
-        if errs:
-            return errs
-        pairs = self.claim_pairs(c)
-        if not pairs:
-            errs.append(f"{path}: no pairs: give `pairs:`, or `tables:` naming tables or figures with pairs")
-        for i, agent in enumerate(c.agents or []):
-            for p in pairs:
-                errs += need(f"{path}.agents.{i}", agent, self.pairs[p].agents, f"agent of pair {p!r}")
-        eval_metric = c.metric == "avg" or c.metric in self.benchmarks
-        if not eval_metric and c.metric not in CLAIM_METRICS:
-            known = ", ".join([*CLAIM_METRICS, *self.benchmarks])
-            errs.append(f"{path}.metric: {c.metric!r} is not a benchmark or a claim metric; known: {known}")
-        setting = self.claim_eval(c)
-        if eval_metric:
-            if setting is None:
-                errs.append(
-                    f"{path}.eval: metric {c.metric!r} needs an eval setting (`eval:`, or `tables:` "
-                    "naming a table with one)"
-                )
-            elif setting not in self.eval_settings:
-                errs += need(f"{path}.eval", setting, self.eval_settings, "eval setting")
-            elif c.metric != "avg":
-                errs += need(
-                    f"{path}.metric",
-                    c.metric,
-                    self.benchmarks_of(setting),
-                    f"benchmark of eval setting {setting!r}",
-                )
-        sides = [m for m in (c.a, c.b) if m is not None]
-        if c.metric in ("s_homo", "s_hete") and not self.registry_method(c.a).cross_rows:
-            errs.append(f"{path}.a: {c.a!r} trains on no peer rows, so it has no {c.metric}")
-        if not eval_metric and "base" in sides:
-            errs.append(f"{path}: 'base' (the untrained model) has evaluations only, not {c.metric!r}")
-        if c.metric == "val_last_third" and self.val_data is None:
-            errs.append(f"{path}.metric: 'val_last_third' needs in-training validation (`val_data:`)")
-        if c.metric == "wall_time" and (c.agents or c.average):
-            errs.append(f"{path}: wall time is one number per pair and seed: drop `agents:` / `average:`")
-        return errs
-
-    def claim_pairs(self, c: Claim) -> list[str]:
-        """A claim's pairs: its own, else those of the tables it names (in order, each once), so that a pair
-        added to such a table brings the claim with it."""
-        if c.pairs:
-            return list(c.pairs)
-        out: dict[str, None] = {}
-        for name in c.tables:
-            t = self.tables.get(name) or self.figures[name]
-            out.update(dict.fromkeys(t.pair_refs().values()))
-        return list(out)
-
-    def claim_eval(self, c: Claim) -> str | None:
-        """A claim's eval setting: its own, else that of the first table it names that has one."""
-        if c.eval:
-            return c.eval
-        views = [self.tables.get(n) or self.figures[n] for n in c.tables]
-        return next((refs[0] for v in views if (refs := v.eval_refs()) is not None), None)

@@ -1,5 +1,6 @@
-"""The claims scorecard (issue 30): each claim of the paper tested on paired seeds, from a ``claims`` table
-spec (:class:`hacpo.specs.ClaimTest` rows, built by :meth:`hacpo.pipeline.views.Views._table_claims`).
+"""The claims scorecard: each claim of the paper tested on paired seeds, from a ``claims`` table spec
+(:class:`hacpo.specs.ClaimTest` rows, built by
+:meth:`hacpo.pipeline.claim_views.ClaimViews._table_claims`).
 
 Per row it reads each side's value for every seed from the run files the spec names, pairs them by seed,
 and applies :mod:`hacpo.report.stats` (docs/statistics.md). :func:`scorecard` returns the rows, the

@@ -55,10 +55,23 @@ class CustomReward(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    function: str | None = Field(None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-    file: str | None = None
-    name: str | None = Field(None, pattern=r"^[A-Za-z_]\w*$")
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    function: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+        description='the verifier as `"pkg.module:name"`, importable from the Python path (or give `file`)',
+    )
+    file: str | None = Field(
+        None, description="a Python file that defines the verifier, with `name` (or give `function`)"
+    )
+    name: str | None = Field(None, pattern=r"^[A-Za-z_]\w*$", description="the function in `file` to call")
+    sha256: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{64}$",
+        description=(
+            "the SHA-256 of the verifier's source file when the run was planned (the workflow fills it in); "
+            "a source that no longer has it fails the run"
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_form(self):

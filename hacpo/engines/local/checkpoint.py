@@ -57,7 +57,7 @@ class CheckpointMixin:
                 "device": str(self.device),
                 "sampler_logp_as_old": self.sampler_logp,
                 "fidelity": self.cfg.fidelity_record(),
-                "precision": self.precision,  # auto resolved here (hacpo.cpu.resolve_precision)
+                "precision": self.precision,  # auto resolved here (hacpo.hardware.resolve_precision)
                 "adapters": {
                     a.name: (lora.model_dump() if (lora := self.cfg.agent_adapter(i)) else "full")
                     for i, a in enumerate(self.cfg.agents)

@@ -44,12 +44,12 @@ from hacpo.algo import (
 )
 from hacpo.checkpoints import keep_final_weights
 from hacpo.config import TrainConfig
-from hacpo.cpu import keep_freed_memory, resolve_precision, return_freed_memory
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.core.schedule import batch_for_step, read_problems  # noqa: F401 (old import path)
 from hacpo.engines.phases import Phases
+from hacpo.hardware import keep_freed_memory, resolve_precision, return_freed_memory
 from hacpo.reward import Scorer
 from hacpo.runio import Profile, RunRecord, run_lock
 
@@ -109,8 +109,9 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
             self.sampler_logp = cfg.old_logp == "sampler"
 
     def _precision(self) -> str:
-        """fp32 or bf16: ``precision`` as given, or ``auto`` resolved for this machine (:mod:`hacpo.cpu`);
-        a resumed run keeps the choice its ``run.json`` recorded, so one run never changes precision."""
+        """fp32 or bf16: ``precision`` as given, or ``auto`` resolved for this machine
+        (:mod:`hacpo.hardware`); a resumed run keeps the choice its ``run.json`` recorded, so one run never
+        changes precision."""
         prev = RunRecord.read(self.out)
         if prev is not None and prev.config_hash == self.config_hash() and prev.details.get("precision"):
             return prev.details["precision"]
