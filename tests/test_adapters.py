@@ -16,8 +16,8 @@ from hacpo.agents import adapters
 from hacpo.agents.lm import token_logprobs
 from hacpo.checkpoints import write_checkpoint_manifest
 from hacpo.config import LoraSpec, load_train_config
-from hacpo.cpu import resolve_precision
 from hacpo.engines.local import LocalTrainer, train
+from hacpo.hardware import resolve_precision
 from hacpo.runio import MetricsLog, RunRecord
 
 LORA = {"lora": {"rank": 4, "alpha": 8}}

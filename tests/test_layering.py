@@ -103,6 +103,19 @@ def test_a_moved_name_still_imports_with_a_deprecation_warning():
     with pytest.warns(DeprecationWarning, match="hacpo.runio.versions is now hacpo.provenance.versions"):
         from hacpo.runio import versions
     assert versions()["python"]
+    import importlib
+    import sys
+
+    from hacpo import hardware
+    from hacpo.agents import sft
+
+    sys.modules.pop("hacpo.cpu", None)  # its warning is raised on import
+    with pytest.warns(DeprecationWarning, match="hacpo.cpu is now hacpo.hardware"):
+        cpu = importlib.import_module("hacpo.cpu")
+    assert cpu.resolve_precision is hardware.resolve_precision
+    with pytest.warns(DeprecationWarning, match="sft_loss"):
+        from hacpo.agents.warmup import sft_loss
+    assert sft_loss is sft.sft_loss
 
 
 def test_the_real_stacks_tests_fail_not_skip_where_ci_requires_the_stack():

@@ -288,7 +288,7 @@ def test_sampler_draws_the_given_distribution_and_never_a_zero_entry():
 
 
 def test_allocator_tuning_is_idempotent_and_harmless():
-    from hacpo.cpu import keep_freed_memory
+    from hacpo.hardware import keep_freed_memory
 
     first = keep_freed_memory()
     assert keep_freed_memory() == first  # cached: one mallopt per process
@@ -424,13 +424,13 @@ def test_rows_are_grouped_by_prompt_and_exact_shared_prefix():
 
 
 def test_freed_memory_goes_back_to_the_kernel_after_an_update():
-    """hacpo.cpu.return_freed_memory (called after each update): what keep_freed_memory kept is released."""
+    """hacpo.hardware.return_freed_memory (after each update): what keep_freed_memory kept is released."""
     import subprocess
     import sys
 
     code = """
 import torch
-from hacpo.cpu import keep_freed_memory, return_freed_memory
+from hacpo.hardware import keep_freed_memory, return_freed_memory
 def rss(): return int(open("/proc/self/statm").read().split()[1]) * 4096 / 2**20
 if not (keep_freed_memory() and return_freed_memory()):
     print("no-glibc"); raise SystemExit
