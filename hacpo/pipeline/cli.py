@@ -208,8 +208,13 @@ def add_cli(sub) -> None:
     f.set_defaults(func=cmd_profiles)
 
     p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
-    p.add_argument(
+    add_configfile_argument(p)
+    p.set_defaults(func=cmd_plan)
+
+
+def add_configfile_argument(parser) -> None:
+    """``--configfile F …``: the workflow config files of a command that reads a workflow (plan, status)."""
+    parser.add_argument(
         "--configfile", nargs="+", default=["config/config.yaml"],
         help="workflow config files, as snakemake reads them (later files' keys win)",
     )  # fmt: skip
-    p.set_defaults(func=cmd_plan)

@@ -19,6 +19,8 @@ from pathlib import Path
 from hacpo.lifecycle import moved_aside, run_inputs, standing
 from hacpo.runio import Metric, MetricsLog, Validation
 
+from .cli import add_configfile_argument
+
 LEFT = ("planned", "running", "interrupted", "failed", "stale")  # states with training still to do
 VERIFYING_NOTE = 0.5  # a run whose verifier takes this share of its step time says so
 
@@ -164,9 +166,6 @@ def cmd_status(args) -> int:
 def add_cli(sub) -> None:
     s = sub.add_parser("status", help="where a workflow's runs stand: state, step k of N, time left")
     s.add_argument("run_dirs", nargs="*", help="run directories (default: every run of --configfile)")
-    s.add_argument(
-        "--configfile", nargs="+", default=["config/config.yaml"],
-        help="workflow config files, as snakemake reads them (later files' keys win)",
-    )  # fmt: skip
+    add_configfile_argument(s)
     s.add_argument("--json", action="store_true", help="one JSON object: every run and the total")
     s.set_defaults(func=cmd_status)
