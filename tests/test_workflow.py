@@ -483,6 +483,21 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     assert "## Looks" in (tables / "claims_sequential_decided.md").read_text()
     dry = run([*SNAKEMAKE, "-n", *decide])
     assert "Nothing to be done" in dry.stdout + dry.stderr
+
+    # The folder without its weights, continued on a fresh machine of the same type: once the agents are
+    # built there (bit for bit the same), the packed jobs count as done and the looks go on from the record.
+    pack, fresh = tmp_path / "ci.tar.gz", tmp_path / "fresh"
+    run([sys.executable, "-m", "hacpo.cli", "pack-results", "results/ci", "--out", str(pack)], cwd=work)
+    fresh.mkdir()
+    unpack = [sys.executable, "-m", "hacpo.cli", "unpack-results", str(pack), "results/ci"]
+    refused = run(unpack, cwd=fresh, check=False)
+    assert refused.returncode == 2 and "Build them on this machine first" in refused.stderr
+    agents = [f"results/ci/agents/{m}/agent.json" for m in ("llama", "qwen")]
+    run([*SNAKEMAKE, "-c2", *agents, "--configfile", str(configfile), "--directory", str(fresh)], timeout=600)
+    run(unpack, cwd=fresh)
+    dry = run([*SNAKEMAKE, "-n", "decide_claims_sequential", "--configfile", str(configfile), "--directory",
+               str(fresh)])  # fmt: skip
+    assert "Nothing to be done" in dry.stdout + dry.stderr
     manifest = json.loads((work / "results" / "ci" / "data" / "manifest.json").read_text())
     assert set(manifest["datasets"]) == {"ci_train", "ci_dev", "ci_test"}
 

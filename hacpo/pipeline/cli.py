@@ -1,4 +1,5 @@
-"""Workflow-facing commands: ``manifest``, ``rescore``, ``profiles``, ``plan``, and the workflow forms of
+"""Workflow-facing commands: ``manifest``, ``rescore``, ``profiles``, ``plan``, ``pack-results``,
+``unpack-results``, and the workflow forms of
 ``hacpo data --spec`` and ``hacpo eval --source/--settings`` (thin; logic elsewhere)."""
 
 from __future__ import annotations
@@ -188,6 +189,25 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_pack_results(args) -> int:
+    from hacpo.pipeline.packs import pack
+
+    p = pack(args.results, args.out)
+    print(f"{args.out}: {p.files} files ({p.bytes / 1e6:.1f} MB before compression), runs of "
+          f"{', '.join(p.machine_types) or 'no machine'}; without weights")  # fmt: skip
+    for d in p.left_out:
+        print(f"  left out, unfinished: {d}")
+    return 0
+
+
+def cmd_unpack_results(args) -> int:
+    from hacpo.pipeline.packs import unpack
+
+    new = unpack(args.pack, args.results, other_machine=args.other_machine)
+    print(f"{args.results}: {len(new)} files unpacked from {args.pack}")
+    return 0
+
+
 def add_cli(sub) -> None:
     m = sub.add_parser("manifest", help="merge per-dataset manifest entries")
     m.add_argument("--out", required=True, help="the merged manifest (JSON) to write")
@@ -206,6 +226,24 @@ def add_cli(sub) -> None:
     f.add_argument("--runs", nargs="+", required=True, help="run directories")
     f.add_argument("--benchmarks", nargs="+", required=True, help="Snakemake benchmark TSVs, same order")
     f.set_defaults(func=cmd_profiles)
+
+    k = sub.add_parser(
+        "pack-results", help="a results folder's finished runs, evaluations and tables, without weights"
+    )
+    k.add_argument("results", help="the results folder (results/<config name>)")
+    k.add_argument("--out", required=True, help="the pack to write (.tar.gz)")
+    k.set_defaults(func=cmd_pack_results)
+
+    u = sub.add_parser(
+        "unpack-results", help="a pack into a results folder: its jobs count as done there (checked first)"
+    )
+    u.add_argument("pack", help="a pack written by pack-results")
+    u.add_argument("results", help="the results folder; its models built first on this machine")
+    u.add_argument(
+        "--other-machine", action="store_true",
+        help="runs of another CPU type, into a folder of their own, read through a scorecard's results_from:",
+    )  # fmt: skip
+    u.set_defaults(func=cmd_unpack_results)
 
     p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
     add_configfile_argument(p)
