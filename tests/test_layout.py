@@ -1,6 +1,6 @@
 """The layout the docs promise (docs/guide/workflow.md) exists in a fresh clone: every top-level folder and
-file is tracked, so `git clone` makes it (results/ holds only its README; git ignores everything the
-pipeline writes there)."""
+file is tracked, so `git clone` makes it (results/ holds only its README and the project's packed runs; git
+ignores everything the pipeline writes there)."""
 
 from __future__ import annotations
 
