@@ -136,3 +136,25 @@ def test_what_is_not_a_results_folder_or_a_pack_is_named(tmp_path):
         tar.add(__file__, arcname="x.py")
     with pytest.raises(ValueError, match="not a hacpo results pack"):
         packs.unpack(tmp_path / "not.tar.gz", tmp_path / "dest")
+
+
+SHIPPED = sorted((Path(__file__).resolve().parents[1] / "results" / "packs").glob("*.tar.gz"))
+
+
+@pytest.mark.parametrize("pack_file", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_the_projects_packed_runs_are_whole(pack_file):
+    """results/packs/: each pack names its machine type and starting points, and every run it carries
+    finished (its record complete, on that machine type)."""
+    with tarfile.open(pack_file) as tar:
+        manifest = packs.read_manifest(tar, str(pack_file))
+        runs = {
+            f.rsplit("/", 1)[0] for f in manifest["files"] if f.startswith("runs/") and f.endswith("run.json")
+        }
+        assert runs and manifest["starting_points"] and len(manifest["machine_types"]) == 1
+        for run in runs:
+            assert f"{run}/done.json" in manifest["files"], run
+            record = json.load(tar.extractfile(f"{run}/run.json"))
+            assert (
+                record["status"] == "complete"
+                and packs.machine_type(record["machine"]) in manifest["machine_types"]
+            )
