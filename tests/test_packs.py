@@ -129,6 +129,15 @@ def test_another_machine_type_is_pooled_not_continued(packed, tmp_path, monkeypa
         packs.unpack(out, mine, other_machine=True)
 
 
+def test_other_package_versions_are_named(tmp_path, monkeypatch):
+    src = _results(tmp_path / "src")
+    record = {"status": "complete", "machine": machine(), "versions": {"hacpo": "0.1.0", "torch": "2.13.0"}}
+    _write(src / RUN / "run.json", json.dumps(record), 1100)
+    packs.pack(src, tmp_path / "p.tar.gz")
+    monkeypatch.setattr("hacpo.provenance.versions", lambda: {"hacpo": "0.1.0", "torch": "2.14.0"})
+    assert packs.version_drift(tmp_path / "p.tar.gz") == ["torch 2.13.0 in the pack, 2.14.0 here"]
+
+
 def test_what_is_not_a_results_folder_or_a_pack_is_named(tmp_path):
     with pytest.raises(ValueError, match="not a hacpo results folder"):
         packs.pack(tmp_path, tmp_path / "p.tar.gz")

@@ -112,6 +112,31 @@ def _machine_types(root: Path, files: list[Path]) -> list[str]:
     return sorted(types)
 
 
+def _versions(files: list[Path]) -> dict[str, list[str]]:
+    """Each package's versions among the runs (``run.json``'s ``versions``: hacpo, torch, …, the lock)."""
+    seen: dict[str, set[str]] = {}
+    for f in files:
+        if f.name == "run.json":
+            for pkg, v in json.loads(f.read_text()).get("versions", {}).items():
+                seen.setdefault(pkg, set()).add(str(v))
+    return {pkg: sorted(vs) for pkg, vs in sorted(seen.items())}
+
+
+def version_drift(pack_file: str | Path) -> list[str]:
+    """The packages whose versions here differ from those the packed runs were made with: runs added here
+    continue the packed ones only as far as the same code computes the same numbers."""
+    from hacpo.provenance import versions
+
+    with tarfile.open(pack_file, "r:gz") as tar:
+        theirs = read_manifest(tar, str(pack_file)).get("versions", {})
+    here = versions()
+    return [
+        f"{pkg} {', '.join(vs)} in the pack, {here.get(pkg, 'none')} here"
+        for pkg, vs in theirs.items()
+        if vs != [here.get(pkg)]
+    ]
+
+
 def pack(results: str | Path, out: str | Path) -> Packed:
     """Write ``out`` (a ``.tar.gz``): the finished part of the results folder ``results`` without weights,
     with a manifest first (what made it, its runs' machine types, its starting points' weight hashes)."""
@@ -125,6 +150,7 @@ def pack(results: str | Path, out: str | Path) -> Packed:
         "source": root.as_posix(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine_types": types,
+        "versions": _versions(files),
         "starting_points": _starting_point_weights(root),
         "left_out": left_out,
         # the order the source wrote them in, so the destination keeps Snakemake's view of what is newer
