@@ -54,11 +54,12 @@ def check_results_from(pipe) -> None:
     for name, t in pipe.cfg.tables.items():
         for i, folder in enumerate(getattr(t, "results_from", [])):
             where = folder if os.path.isabs(folder) else pipe.config_path(folder)
-            if not os.path.isfile(os.path.join(where, "hacpo-results.json")):
+            if not os.path.isfile(os.path.join(where, OWNER)):
                 raise ValueError(
-                    f"tables.{name}.results_from.{i}: {folder} is not a hacpo results folder (no "
-                    "hacpo-results.json there). Copy the other machine's results/<config name>/ folder here "
-                    "(its checkpoints can stay behind) and name that copy (docs/statistics.md)."
+                    f"tables.{name}.results_from.{i}: {folder} is not a hacpo results folder (no {OWNER} "
+                    "there). Bring the other machine's folder here without its weights (`hacpo pack-results` "
+                    "there, `hacpo unpack-results PACK FOLDER --other-machine` here) and name that folder "
+                    "(docs/statistics.md)."
                 )
 
 

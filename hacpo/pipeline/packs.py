@@ -7,7 +7,7 @@ models the runs train from). The starting points are rebuilt on the destination 
 the pack records the SHA-256 of their weights so that unpacking can check the rebuilt ones are the very
 models the packed runs started from (on one CPU type they come out bit for bit).
 
-Two uses (docs/guide/results-elsewhere.md):
+Two uses (docs/guide/watching.md, "Carrying results to another machine"):
 
 - **Continue** a workflow, a sequential scorecard's looks above all, on another machine of the same CPU type:
   the packed runs count as done there, so ``snakemake decide_<name>`` goes on at the next look and trains
@@ -33,12 +33,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hacpo.pipeline.hooks import OWNER
 from hacpo.provenance import machine, machine_type
 from hacpo.runio import atomic_write_bytes, sha256_file
 
 FORMAT = 1
 MANIFEST = "hacpo-pack.json"  # the pack's first member
-OWNER = "hacpo-results.json"  # what marks a results folder (hacpo.pipeline.hooks.OWNER)
 STARTING_POINTS = ("models", "agents")  # rebuilt on the destination: their weights are not carried
 WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 KEPT_HERE = ("logs", "benchmarks")  # a job's log or timing on this machine is kept over the pack's
@@ -104,21 +104,20 @@ def _carried(root: Path) -> tuple[list[Path], list[str]]:
     return files, sorted(left_out)
 
 
-def _machine_types(root: Path, files: list[Path]) -> list[str]:
-    types = set()
-    for f in files:
-        if f.name == "run.json" and (recorded := json.loads(f.read_text()).get("machine")):
-            types.add(machine_type(recorded))
-    return sorted(types)
+def _run_records(files) -> list[dict]:
+    return [json.loads(f.read_text()) for f in files if f.name == "run.json"]
 
 
-def _versions(files: list[Path]) -> dict[str, list[str]]:
+def _machine_types(records: list[dict]) -> list[str]:
+    return sorted({machine_type(r["machine"]) for r in records if r.get("machine")})
+
+
+def _versions(records: list[dict]) -> dict[str, list[str]]:
     """Each package's versions among the runs (``run.json``'s ``versions``: hacpo, torch, …, the lock)."""
     seen: dict[str, set[str]] = {}
-    for f in files:
-        if f.name == "run.json":
-            for pkg, v in json.loads(f.read_text()).get("versions", {}).items():
-                seen.setdefault(pkg, set()).add(str(v))
+    for r in records:
+        for pkg, v in r.get("versions", {}).items():
+            seen.setdefault(pkg, set()).add(str(v))
     return {pkg: sorted(vs) for pkg, vs in sorted(seen.items())}
 
 
@@ -144,13 +143,14 @@ def pack(results: str | Path, out: str | Path) -> Packed:
     if not (root / OWNER).is_file():
         raise ValueError(f"{root} is not a hacpo results folder (no {OWNER}); name a folder under results/")
     files, left_out = _carried(root)
-    types = _machine_types(root, files)
+    records = _run_records(files)
+    types = _machine_types(records)
     manifest = {
         "format": FORMAT,
         "source": root.as_posix(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine_types": types,
-        "versions": _versions(files),
+        "versions": _versions(records),
         "starting_points": _starting_point_weights(root),
         "left_out": left_out,
         # the order the source wrote them in, so the destination keeps Snakemake's view of what is newer
@@ -189,7 +189,7 @@ def _check_machine(manifest: dict, dest: Path, other_machine: bool, where: str) 
             "their own with --other-machine and name it in a scorecard's `results_from:`"
         )
     if other_machine:
-        mine = _machine_types(dest, list(dest.glob("runs/**/run.json"))) if dest.is_dir() else []
+        mine = _machine_types(_run_records(dest.glob("runs/**/run.json")))
         if mixed := sorted(set(mine) - set(theirs)):
             raise ValueError(
                 f"{dest} holds runs of {', '.join(mixed)}, and --other-machine would put "
@@ -234,9 +234,8 @@ def unpack(pack_file: str | Path, results: str | Path, other_machine: bool = Fal
         manifest = read_manifest(tar, where)
         _check_machine(manifest, dest, other_machine, where)
         if not other_machine:
-            owner = dest / OWNER if (dest / OWNER).is_file() else tar.extractfile(OWNER)
-            configs = json.loads(owner.read_text() if isinstance(owner, Path) else owner.read())["configs"]
-            _check_starting_points(manifest, dest, where, configs)
+            owner = (dest / OWNER).read_bytes() if (dest / OWNER).is_file() else tar.extractfile(OWNER).read()
+            _check_starting_points(manifest, dest, where, json.loads(owner)["configs"])
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=dest, prefix=".unpack-") as tmp:
             tar.extractall(tmp, members=[tar.getmember(f) for f in manifest["files"]], filter="data")
