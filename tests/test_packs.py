@@ -129,13 +129,21 @@ def test_another_machine_type_is_pooled_not_continued(packed, tmp_path, monkeypa
         packs.unpack(out, mine, other_machine=True)
 
 
-def test_other_package_versions_are_named(tmp_path, monkeypatch):
+def test_other_package_versions_code_and_cpu_generations_are_named(tmp_path, monkeypatch):
     src = _results(tmp_path / "src")
-    record = {"status": "complete", "machine": machine(), "versions": {"hacpo": "0.1.0", "torch": "2.13.0"}}
+    versions = {"hacpo": "0.1.0", "torch": "2.13.0", "hacpo_commit": "0123456789ab"}
+    record = {"status": "complete", "machine": machine(), "versions": versions}
     _write(src / RUN / "run.json", json.dumps(record), 1100)
     packs.pack(src, tmp_path / "p.tar.gz")
-    monkeypatch.setattr("hacpo.provenance.versions", lambda: {"hacpo": "0.1.0", "torch": "2.14.0"})
-    assert packs.version_drift(tmp_path / "p.tar.gz") == ["torch 2.13.0 in the pack, 2.14.0 here"]
+    monkeypatch.setattr("hacpo.provenance.versions", lambda: {**versions, "torch": "2.14.0"})
+    assert packs.drift(tmp_path / "p.tar.gz") == ["torch 2.13.0 in the pack, 2.14.0 here"]
+    record["machine"] = {**machine(), "cpu_id": "family 6 model 143 stepping 8"}
+    record["versions"] = {**versions, "torch": "2.14.0", "hacpo_commit": "ba9876543210+dirty"}
+    _write(src / RUN / "run.json", json.dumps(record), 1200)
+    packs.pack(src, tmp_path / "p.tar.gz")
+    notes = packs.drift(tmp_path / "p.tar.gz")
+    assert notes[0] == "hacpo_commit ba9876543210+dirty in the pack, 0123456789ab here"
+    assert notes[1].startswith("CPU family 6 model 143 stepping 8 in the pack, ") and len(notes) == 2
 
 
 def test_what_is_not_a_results_folder_or_a_pack_is_named(tmp_path):

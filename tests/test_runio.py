@@ -55,6 +55,9 @@ def test_a_run_records_its_machine_type_and_is_never_resumed_on_another(tmp_path
         "amx_tile",
     ]
     assert machine_type(xeon) == "Intel(R) Xeon(R) Platinum [avx2 avx512f amx_bf16 amx_tile]"
+    cpuinfo.write_text(cpuinfo.read_text() + "cpu family\t: 6\nmodel\t\t: 143\nstepping\t: 8\n")
+    sapphire = machine(str(cpuinfo))  # a generation is a note beside the type, not a new type
+    assert sapphire["cpu_id"] == "family 6 model 143 stepping 8" and machine_type(sapphire) == machine_type(xeon)
     run = tmp_path / "run"
     _record(machine=machine()).write(run)  # this machine's own run resumes
     assert RunRecord.for_config(run, "abc").machine == machine()
@@ -132,3 +135,20 @@ def test_sweep_removes_only_what_interrupted_atomic_writes_left(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == sorted(
         [".hidden-but-ours", "checkpoints", "a", "step-2", "config.json", "keep.json"]
     )
+
+
+def test_a_run_records_the_commit_of_the_code_it_ran(tmp_path):
+    from hacpo.provenance import checkout_commit
+
+    assert checkout_commit(tmp_path) is None  # an installed wheel: the release number alone
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "a.py").write_text("x = 1\n")
+    subprocess.run([*git, "add", "a.py"], check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True).stdout
+    assert checkout_commit(tmp_path) == head.strip()
+    (tmp_path / "b.py").write_text("")  # untracked files (results, caches) leave the code as committed
+    assert checkout_commit(tmp_path) == head.strip()
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert checkout_commit(tmp_path) == head.strip() + "+dirty"

@@ -201,11 +201,11 @@ def cmd_pack_results(args) -> int:
 
 
 def cmd_unpack_results(args) -> int:
-    from hacpo.pipeline.packs import unpack, version_drift
+    from hacpo.pipeline.packs import drift, unpack
 
     new = unpack(args.pack, args.results, other_machine=args.other_machine)
     print(f"{args.results}: {len(new)} files unpacked from {args.pack}")
-    for line in version_drift(args.pack):  # a note, not a refusal: pooling across versions is allowed
+    for line in drift(args.pack):  # a note, not a refusal: pooling across versions is allowed
         print(f"  note: {line}; runs trained here may compute differently from the packed ones")
     return 0
 

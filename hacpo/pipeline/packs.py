@@ -121,18 +121,20 @@ def _versions(records: list[dict]) -> dict[str, list[str]]:
     return {pkg: sorted(vs) for pkg, vs in sorted(seen.items())}
 
 
-def version_drift(pack_file: str | Path) -> list[str]:
-    """The packages whose versions here differ from those the packed runs were made with: runs added here
-    continue the packed ones only as far as the same code computes the same numbers."""
+def drift(pack_file: str | Path) -> list[str]:
+    """What differs between the packed runs and this machine within one machine type: package versions, the
+    commit of hacpo's code, the CPU's generation (``cpu_id``). Runs added here continue the packed ones
+    only as far as the same code computes the same numbers."""
     from hacpo.provenance import versions
 
     with tarfile.open(pack_file, "r:gz") as tar:
-        theirs = read_manifest(tar, str(pack_file)).get("versions", {})
-    here = versions()
+        manifest = read_manifest(tar, str(pack_file))
+    here = {**versions(), "CPU": machine().get("cpu_id")}
+    theirs = {**manifest.get("versions", {}), "CPU": manifest.get("cpu_ids", [])}
     return [
-        f"{pkg} {', '.join(vs)} in the pack, {here.get(pkg, 'none')} here"
+        f"{pkg} {', '.join(vs)} in the pack, {here.get(pkg) or 'none'} here"
         for pkg, vs in theirs.items()
-        if vs != [here.get(pkg)]
+        if vs and vs != [here.get(pkg)]
     ]
 
 
@@ -151,6 +153,7 @@ def pack(results: str | Path, out: str | Path) -> Packed:
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine_types": types,
         "versions": _versions(records),
+        "cpu_ids": sorted({r["machine"]["cpu_id"] for r in records if r.get("machine", {}).get("cpu_id")}),
         "starting_points": _starting_point_weights(root),
         "left_out": left_out,
         # the order the source wrote them in, so the destination keeps Snakemake's view of what is newer
