@@ -57,7 +57,8 @@ def test_a_run_records_its_machine_type_and_is_never_resumed_on_another(tmp_path
     assert machine_type(xeon) == "Intel(R) Xeon(R) Platinum [avx2 avx512f amx_bf16 amx_tile]"
     cpuinfo.write_text(cpuinfo.read_text() + "cpu family\t: 6\nmodel\t\t: 143\nstepping\t: 8\n")
     sapphire = machine(str(cpuinfo))  # a generation is a note beside the type, not a new type
-    assert sapphire["cpu_id"] == "family 6 model 143 stepping 8" and machine_type(sapphire) == machine_type(xeon)
+    assert sapphire["cpu_id"] == "family 6 model 143 stepping 8"
+    assert machine_type(sapphire) == machine_type(xeon)
     run = tmp_path / "run"
     _record(machine=machine()).write(run)  # this machine's own run resumes
     assert RunRecord.for_config(run, "abc").machine == machine()
