@@ -281,7 +281,14 @@ class RunRecord:
             raise ValueError(
                 f"{where}: no final checkpoint for agent {agent!r}; agents: {sorted(self.final_checkpoints)}"
             )
-        return self.final_checkpoints[agent]
+        checkpoint = self.final_checkpoints[agent]
+        if not Path(checkpoint).is_dir():
+            raise FileNotFoundError(
+                f"{where}: the final checkpoint of {agent!r}, {checkpoint}, is not here (the run came "
+                f"without its weights, from a results pack, or they were deleted); delete "
+                f"{run_dir or 'the run directory'} and rerun the workflow to train it again"
+            )
+        return checkpoint
 
 
 @dataclass

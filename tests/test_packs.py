@@ -74,6 +74,35 @@ def test_a_pack_carries_finished_jobs_and_no_weights(packed):
     assert manifest["files"][0] == "hacpo-results.json" and manifest["files"][-1] == "tables/claims.md"
 
 
+def test_a_trained_run_awaiting_the_evaluation_its_other_seeds_have_is_left_out(tmp_path):
+    src = _results(tmp_path / "src")
+    record = {"status": "complete", "machine": machine(), "final_checkpoints": {"m": "ckpt"}}
+    for seed in (0, 2):  # seed0 evaluated (the fixture's EVAL), seed2 trained and waiting for its evaluation
+        _write(src / f"runs/single/m/gspo/seed{seed}/run.json", json.dumps(record), 1100)
+    _write(src / "runs/single/m/gspo/seed2/done.json", "{}", 1101)
+    joint = {**record, "final_checkpoints": {"m": "c1", "n": "c2"}}
+    for seed in (0, 2):  # a joint run's agents are evaluated one by one: seed2's n is still to come
+        _write(src / f"runs/joint/mn/hacpo/seed{seed}/run.json", json.dumps(joint), 1100)
+        _write(src / f"runs/joint/mn/hacpo/seed{seed}/done.json", "{}", 1101)
+        _write(src / f"eval/main/joint/mn/hacpo/seed{seed}/m/summary.json", "{}", 1200)
+    _write(src / "eval/main/joint/mn/hacpo/seed0/n/summary.json", "{}", 1200)
+    for seed in (0, 1, 2):  # seed 0 alone evaluated at a second setting too, as Table 1 at 8k tokens: fine
+        _write(src / f"runs/single/m/hacpo/seed{seed}/run.json", json.dumps(record), 1100)
+        _write(src / f"runs/single/m/hacpo/seed{seed}/done.json", "{}", 1101)
+        _write(src / f"eval/main/single/m/hacpo/seed{seed}/summary.json", "{}", 1200)
+    _write(src / "eval/long/single/m/hacpo/seed0/summary.json", "{}", 1200)
+    timing_only = "runs/single/m/gspo_updates_x2/seed0"  # no seed of it is evaluated: nothing awaits
+    _write(src / timing_only / "run.json", json.dumps(record), 1100)
+    _write(src / timing_only / "done.json", "{}", 1101)
+    p = packs.pack(src, tmp_path / "p.tar.gz")
+    assert p.left_out == ["runs/joint/mn/hacpo/seed2", IN_FLIGHT, "runs/single/m/gspo/seed2"]
+    with tarfile.open(tmp_path / "p.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert f"{timing_only}/done.json" in names and f"{RUN}/done.json" in names
+    assert "runs/single/m/hacpo/seed1/done.json" in names
+    assert "eval/main/joint/mn/hacpo/seed2/m/summary.json" in names  # redone after the retrained run
+
+
 def test_unpacking_needs_the_starting_points_built_here_from_the_same_weights(packed, tmp_path):
     _src, out, _ = packed
     dest = tmp_path / "dest"

@@ -36,8 +36,13 @@ def test_run_record_errors_name_the_file_and_the_fix(tmp_path):
     _record().write(tmp_path)
     with pytest.raises(ValueError, match="not complete; finish training first"):
         RunRecord.read(tmp_path).final_checkpoint("a", tmp_path)
-    _record(status="complete", final_checkpoints={"a": "ckpt/a"}).write(tmp_path)
-    assert RunRecord.read(tmp_path).final_checkpoint("a") == "ckpt/a"
+    ckpt = str(tmp_path / "checkpoints/a/step-8")
+    _record(status="complete", final_checkpoints={"a": ckpt}).write(tmp_path)
+    missing = r"step-8, is not here .*results pack.*delete .* train it again"
+    with pytest.raises(FileNotFoundError, match=missing):
+        RunRecord.read(tmp_path).final_checkpoint("a", tmp_path)
+    os.makedirs(ckpt)
+    assert RunRecord.read(tmp_path).final_checkpoint("a") == ckpt
     with pytest.raises(ValueError, match=r"no final checkpoint for agent 'b'; agents: \['a'\]"):
         RunRecord.read(tmp_path).final_checkpoint("b")
 

@@ -196,7 +196,7 @@ def cmd_pack_results(args) -> int:
     print(f"{args.out}: {p.files} files ({p.bytes / 1e6:.1f} MB before compression), runs of "
           f"{', '.join(p.machine_types) or 'no machine'}; without weights")  # fmt: skip
     for d in p.left_out:
-        print(f"  left out, unfinished: {d}")
+        print(f"  left out, to redo where it is unpacked: {d}")
     return 0
 
 

@@ -47,7 +47,8 @@ KEPT_HERE = ("logs", "benchmarks")  # a job's log or timing on this machine is k
 @dataclass
 class Packed:
     """What :func:`pack` put in a pack: the files carried, the unfinished runs and evaluations it left out
-    (they are redone where the pack is unpacked), and the machine types of its runs."""
+    (in flight, or trained and awaiting an evaluation; they are redone where the pack is unpacked), and the
+    machine types of its runs."""
 
     files: int
     bytes: int
@@ -78,14 +79,51 @@ def _starting_point_weights(root: Path) -> dict[str, dict[str, str]]:
     return out
 
 
+def _evaluations(root: Path, run: Path) -> set[tuple[str, str]]:
+    """``(setting, agent)`` of every finished evaluation of a run's final agents: ``eval/<setting>/<run>/``
+    for a one-agent run, ``eval/<setting>/<run>/<agent>/`` for a joint one (the evaluate rule's paths)."""
+    agents = json.loads((run / "run.json").read_text()).get("final_checkpoints") or {}
+    rel = run.relative_to(root / "runs")
+    out = set()
+    for setting in (p.name for p in (root / "eval").glob("*") if p.is_dir()):
+        base = root / "eval" / setting / rel
+        if len(agents) == 1 and (base / "summary.json").is_file():
+            out.add((setting, next(iter(agents))))
+        out |= {(setting, a) for a in agents if (base / a / "summary.json").is_file()}
+    return out
+
+
+def _awaiting_evaluation(root: Path, runs: list[Path]) -> list[Path]:
+    """Finished runs without an evaluation that most of their other seeds have (same setting, same agent).
+    Such an evaluation needs the checkpoints a pack leaves behind, so these runs are left out and trained
+    again where the pack is unpacked. "Most", not "one": a table may evaluate seed 0 alone in a setting
+    (Table 1 at 8k tokens) beside a five-seed one; and a run no seed of which is evaluated (one for timings
+    only) is carried. An evaluation the rule misses fails on unpacking's side with the fix named."""
+    evaluated = {run: _evaluations(root, run) for run in runs}
+    designs: dict[Path, list[Path]] = {}
+    for run in runs:
+        designs.setdefault(run.parent, []).append(run)  # <design>/seed<k>: a run's other seeds
+    awaiting = []
+    for run, done in evaluated.items():
+        others = [evaluated[o] for o in designs[run.parent] if o != run]
+        if any(2 * sum(e in o for o in others) > len(others) for e in set().union(*others) - done):
+            awaiting.append(run)
+    return awaiting
+
+
 def _carried(root: Path) -> tuple[list[Path], list[str]]:
-    """The files a pack carries, and the unfinished job directories it leaves out."""
+    """The files a pack carries, and the unfinished job directories it leaves out: runs and evaluations in
+    flight, and trained runs still awaiting an evaluation (:func:`_awaiting_evaluation`)."""
     skip_dirs, left_out = set(), []
     for marker in [*root.glob("runs/**/run.json"), *root.glob("eval/**/*.samples.jsonl")]:
         d = marker.parent
         if d not in skip_dirs and not _finished(d):
             skip_dirs.add(d)
             left_out.append(d.relative_to(root).as_posix())
+    trained = [m.parent for m in root.glob("runs/**/run.json") if m.parent not in skip_dirs]
+    for d in _awaiting_evaluation(root, trained):
+        skip_dirs.add(d)
+        left_out.append(d.relative_to(root).as_posix())
     files = []
     for f in sorted(root.rglob("*")):
         rel = f.relative_to(root)
