@@ -77,15 +77,22 @@ def test_a_pack_carries_finished_jobs_and_no_weights(packed):
 def test_a_trained_run_awaiting_the_evaluation_its_other_seeds_have_is_left_out(tmp_path):
     src = _results(tmp_path / "src")
     record = {"status": "complete", "machine": machine(), "final_checkpoints": {"m": "ckpt"}}
-    for seed in (0, 2):  # seed0 evaluated (the fixture's EVAL), seed2 trained and waiting for its evaluation
+    for seed in (0, 2, 3):  # seeds 0 and 3 evaluated, seed2 trained and waiting for its evaluation
         _write(src / f"runs/single/m/gspo/seed{seed}/run.json", json.dumps(record), 1100)
-    _write(src / "runs/single/m/gspo/seed2/done.json", "{}", 1101)
+        _write(src / f"runs/single/m/gspo/seed{seed}/done.json", "{}", 1101)
+    _write(src / "eval/main/single/m/gspo/seed3/summary.json", "{}", 1200)
     joint = {**record, "final_checkpoints": {"m": "c1", "n": "c2"}}
-    for seed in (0, 2):  # a joint run's agents are evaluated one by one: seed2's n is still to come
+    for seed in (0, 1, 2):  # a joint run's agents are evaluated one by one: seed2's n is still to come
         _write(src / f"runs/joint/mn/hacpo/seed{seed}/run.json", json.dumps(joint), 1100)
         _write(src / f"runs/joint/mn/hacpo/seed{seed}/done.json", "{}", 1101)
         _write(src / f"eval/main/joint/mn/hacpo/seed{seed}/m/summary.json", "{}", 1200)
-    _write(src / "eval/main/joint/mn/hacpo/seed0/n/summary.json", "{}", 1200)
+        if seed < 2:
+            _write(src / f"eval/main/joint/mn/hacpo/seed{seed}/n/summary.json", "{}", 1200)
+    for seed in (0, 1):  # two seeds, the first evaluated at a second setting too (Table 1 at 8k tokens)
+        _write(src / f"runs/single/n/gspo/seed{seed}/run.json", json.dumps(record), 1100)
+        _write(src / f"runs/single/n/gspo/seed{seed}/done.json", "{}", 1101)
+        _write(src / f"eval/main/single/n/gspo/seed{seed}/summary.json", "{}", 1200)
+    _write(src / "eval/long/single/n/gspo/seed0/summary.json", "{}", 1200)
     for seed in (0, 1, 2):  # seed 0 alone evaluated at a second setting too, as Table 1 at 8k tokens: fine
         _write(src / f"runs/single/m/hacpo/seed{seed}/run.json", json.dumps(record), 1100)
         _write(src / f"runs/single/m/hacpo/seed{seed}/done.json", "{}", 1101)
@@ -99,7 +106,7 @@ def test_a_trained_run_awaiting_the_evaluation_its_other_seeds_have_is_left_out(
     with tarfile.open(tmp_path / "p.tar.gz") as tar:
         names = set(tar.getnames())
     assert f"{timing_only}/done.json" in names and f"{RUN}/done.json" in names
-    assert "runs/single/m/hacpo/seed1/done.json" in names
+    assert "runs/single/m/hacpo/seed1/done.json" in names and "runs/single/n/gspo/seed1/done.json" in names
     assert "eval/main/joint/mn/hacpo/seed2/m/summary.json" in names  # redone after the retrained run
 
 

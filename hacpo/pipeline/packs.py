@@ -94,11 +94,12 @@ def _evaluations(root: Path, run: Path) -> set[tuple[str, str]]:
 
 
 def _awaiting_evaluation(root: Path, runs: list[Path]) -> list[Path]:
-    """Finished runs without an evaluation that most of their other seeds have (same setting, same agent).
-    Such an evaluation needs the checkpoints a pack leaves behind, so these runs are left out and trained
-    again where the pack is unpacked. "Most", not "one": a table may evaluate seed 0 alone in a setting
-    (Table 1 at 8k tokens) beside a five-seed one; and a run no seed of which is evaluated (one for timings
-    only) is carried. An evaluation the rule misses fails on unpacking's side with the fix named."""
+    """Finished runs without an evaluation that most of their other seeds have, two at least (same setting,
+    same agent). Such an evaluation needs the checkpoints a pack leaves behind, so these runs are left out
+    and trained again where the pack is unpacked. Not "one other seed": a table may evaluate seed 0 alone
+    in a setting (Table 1 at 8k tokens) beside a multi-seed one; and a run no seed of which is evaluated
+    (one for timings only) is carried. An evaluation the rule misses fails where the pack is unpacked, with
+    the run to delete named."""
     evaluated = {run: _evaluations(root, run) for run in runs}
     designs: dict[Path, list[Path]] = {}
     for run in runs:
@@ -106,7 +107,8 @@ def _awaiting_evaluation(root: Path, runs: list[Path]) -> list[Path]:
     awaiting = []
     for run, done in evaluated.items():
         others = [evaluated[o] for o in designs[run.parent] if o != run]
-        if any(2 * sum(e in o for o in others) > len(others) for e in set().union(*others) - done):
+        have = [sum(e in o for o in others) for e in set().union(*others) - done]
+        if any(n >= 2 and 2 * n > len(others) for n in have):
             awaiting.append(run)
     return awaiting
 
