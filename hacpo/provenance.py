@@ -5,6 +5,7 @@ file of its environment included."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import platform
 import subprocess
 import sys
@@ -58,12 +59,19 @@ def versions() -> dict[str, str]:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             pass
-    if commit := checkout_commit(Path(__file__).resolve().parents[1]):
+    if commit := _own_commit():
         out["hacpo_commit"] = commit
     lock = Path(sys.prefix) / "hacpo-lock"
     if lock.is_file():
         out["lock"] = lock.read_text().strip()
     return out
+
+
+@functools.cache
+def _own_commit() -> str | None:
+    """The commit of the code this process imported, read once: a run's record is rewritten at every
+    checkpoint, and a commit made while it trains does not change the code it runs."""
+    return checkout_commit(Path(__file__).resolve().parents[1])
 
 
 def checkout_commit(root: Path) -> str | None:
