@@ -27,7 +27,7 @@ from pydantic import (
 from hacpo.algo import HACPO_KNOBS, SGT_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
 from hacpo.engine_options import OpenRLHFOptions
-from hacpo.reward.custom import CustomReward, reward_identity
+from hacpo.reward.custom import CustomReward, reward_identity, reward_record
 
 # α, 1−δ and δ_step, each validated by the one check the loss itself runs (errors name the config key).
 Alpha = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "alpha"))]
@@ -296,7 +296,8 @@ class TrainConfig(BaseModel):
         group="fidelity",
         help=(
             "the training and validation reward, or a verifier of your own "
-            '({function: "pkg.module:name"} or {file: PATH, name: NAME})'
+            '({function: "pkg.module:name"} or {file: PATH, name: NAME}; rewards in [0, 1], or add '
+            "range: [lo, hi] to map another scale onto [0, 1])"
         ),
     )
     gspo_updates_x2_mode: Literal["epochs", "half_minibatch"] | None = option(
@@ -510,6 +511,12 @@ class TrainConfig(BaseModel):
             **{k: getattr(self, k) for k in FIDELITY[self.fidelity]},
             "overrides": self.preset_overrides(),
         }
+
+    def reward_record(self) -> dict:
+        """What ``run.json`` details say of the reward: its name or verifier, its scale (``reward.range``)
+        and the map onto [0, 1] that training, validation and the metrics use
+        (:func:`hacpo.reward.custom.unit_rewards`)."""
+        return reward_record(self.reward)
 
     def run_spec(self) -> dict:
         """What the run computes: every option except :data:`RUNTIME_OPTIONS`, defaults filled in. The

@@ -25,8 +25,8 @@ ANSWERS = ["3", "4", "0", "6"]
 
 def test_a_verifier_gets_each_records_metadata_and_returns_its_numbers():
     with scorer("exact", workers=2) as s:
-        meta = [{"credit": 0.5}, {}, {}, {"credit": 2}]
-        assert s.score(RESPONSES, ANSWERS, meta) == [0.5, 1.0, 0.0, 2.0]
+        meta = [{"credit": 0.5}, {}, {}, {"credit": 0.25}]  # partial credit within [0, 1]
+        assert s.score(RESPONSES, ANSWERS, meta) == [0.5, 1.0, 0.0, 0.25]
         assert s.score(RESPONSES, ANSWERS) == [1.0, 1.0, 0.0, 1.0]  # no metadata: {} each
         assert s.verifier_failed == 0
 
@@ -163,11 +163,11 @@ def test_identical_items_are_verified_once_and_share_a_success_or_a_failure(tmp_
     monkeypatch.setenv("HACPO_TEST_VERIFIER_LOG", str(log))
     responses = ["answer: 3", "answer: 3", "answer: 4", "boom answer: 5", "boom answer: 5", "answer: 3"]
     answers = ["3", "3", "3", "5", "5", "3"]
-    meta = [{}, {}, {}, {}, {}, {"credit": 2}]  # the last differs by its metadata: verified on its own
+    meta = [{}, {}, {}, {}, {}, {"credit": 0.25}]  # the last differs by its metadata: verified on its own
     with scorer("logs_items") as s:
         got = s.score(responses, answers, meta, ids=list("abcdef"))
         counts = s.take_verifier_counts()
-    assert got == [1.0, 1.0, 0.0, 0.0, 0.0, 2.0]
+    assert got == [1.0, 1.0, 0.0, 0.0, 0.0, 0.25]
     seen = log.read_text().splitlines()
     # the batch of 4 distinct items, then each retried alone (the batch raised on "boom")
     assert len(seen) == 4 + 4 and seen.count("boom answer: 5") == 2
@@ -181,6 +181,100 @@ def test_a_verifier_failing_on_a_whole_first_batch_stops_the_run_naming_the_key(
     with scorer("raises_on_boom") as s:  # after a good first batch, a bad one is scored 0 and reported
         s.score(RESPONSES, ANSWERS)
         assert s.score(["boom"] * 2, ["1", "2"]) == [0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("declared", "raw", "unit"),
+    [
+        (None, [0.0, 0.25, 1.0], [0.0, 0.25, 1.0]),  # [0, 1]: as they are, partial credit too
+        ((-1, 1), [-1.0, 0.0, 1.0, 0.5], [0.0, 0.5, 1.0, 0.75]),
+        ((0, 2), [0.0, 1.0, 2.0], [0.0, 0.5, 1.0]),
+        ((1, 5), [1.0, 2.0, 5.0], [0.0, 0.25, 1.0]),
+    ],
+)
+def test_a_declared_range_is_mapped_onto_0_1(declared, raw, unit):
+    from hacpo.reward.custom import unit_rewards
+
+    spec = CustomReward(file="v.py", name="f", range=declared)
+    ids = [str(i) for i in range(len(raw))]
+    assert unit_rewards(raw, ids, spec) == pytest.approx(unit)
+    assert unit_rewards([None], ["x"], spec) == [0.0]  # an item the verifier failed on: the bottom
+
+
+@pytest.mark.parametrize(
+    ("declared", "credit", "message"),
+    [
+        (None, 2.0, r"item d the reward 2\.0, outside \[0, 1\]: .*declare .*`reward\.range: \[lo, hi\]`"),
+        (None, -1.0, r"item d the reward -1\.0, outside \[0, 1\]"),
+        ((0, 2), 3.0, r"item d the reward 3\.0, outside its declared reward\.range \[0, 2\]"),
+    ],
+)
+def test_a_reward_outside_its_range_stops_scoring_naming_the_item_its_value_and_the_key(
+    declared, credit, message
+):
+    from hacpo.reward import RewardRangeError
+
+    reward = {"file": str(FIXTURE), "name": "exact", "range": declared}
+    with Scorer(workers=1, reward=reward) as s, pytest.raises(RewardRangeError, match=message):
+        s.score(RESPONSES, ANSWERS, [{}, {}, {}, {"credit": credit}], ids=list("abcd"))
+
+
+def test_a_declared_range_is_scored_mapped_and_part_of_the_runs_identity(tmp_path):
+    reward = {"file": str(FIXTURE), "name": "exact", "range": [0, 2]}
+    with Scorer(workers=1, reward=reward) as s:
+        assert s.score(RESPONSES, ANSWERS, [{"credit": 2}, {}, {}, {"credit": 0.5}]) == [1.0, 0.5, 0.0, 0.25]
+    entry = {"file": str(FIXTURE), "name": "exact"}
+    assert _cfg(tmp_path, entry).config_hash() != _cfg(tmp_path, reward).config_hash()
+    assert "range" not in _cfg(tmp_path, entry).run_spec()["reward"]  # undeclared: runs keep their identity
+    for bad in ([1, 1], [2, 0], [0, float("inf")]):
+        with pytest.raises(ValueError, match="reward.range"):
+            CustomReward(**entry, range=bad)
+
+
+CREDIT_2 = """
+import re
+
+def two_for_a_box(responses, answers, metadata):  # partial credit up to 2: 2 a right box, 1 a wrong one
+    boxed = [re.findall(r"\\\\boxed\\{([^}]*)\\}", r) for r in responses]
+    return [2.0 if b and b[-1] == a else 1.0 if b else 0.0 for b, a in zip(boxed, answers)]
+
+def always_2(responses, answers, metadata):
+    return [2.0] * len(responses)
+"""
+
+
+def test_the_local_engine_refuses_a_reward_of_2_at_its_first_step_and_trains_it_declared(
+    tmp_path, toy_data, small_agent, other_agent
+):
+    """A verifier returning 2.0 without a declared range stops the run at its first step, before any update,
+    naming the item, the value and `reward.range`; declared `range: [0, 2]`, HACPO trains on the mapped
+    [0, 1] values, logs them, and run.json records the mapping."""
+    from toy_runs import toy_train_config
+
+    from hacpo.engines.local.trainer import train
+    from hacpo.reward import RewardRangeError
+    from hacpo.runio import RunRecord, read_jsonl
+
+    verify = tmp_path / "verify.py"
+    verify.write_text(CREDIT_2)
+    agents = [("a", small_agent), ("b", other_agent)]
+    cfg = toy_train_config(tmp_path / "refused", agents, "hacpo", data=toy_data, steps=1,
+                           reward={"file": str(verify), "name": "always_2"})  # fmt: skip
+    refused = r"gave item \S+ the reward 2\.0, outside \[0, 1\].*reward\.range"
+    with pytest.raises(RewardRangeError, match=refused):
+        train(cfg)
+    assert not (tmp_path / "refused" / "hacpo" / "metrics.jsonl").exists() or not list(
+        read_jsonl(tmp_path / "refused" / "hacpo" / "metrics.jsonl")
+    )  # no step was logged
+    reward = {"file": str(verify), "name": "two_for_a_box", "range": [0, 2]}
+    cfg = toy_train_config(tmp_path, agents, "hacpo", data=toy_data, steps=1, reward=reward)
+    run = train(cfg)
+    assert run.status == "complete"
+    record = RunRecord.read(cfg.out_dir).details["reward"]
+    assert record == {"reward": f"{verify}:two_for_a_box", "range": [0.0, 2.0], "declared": True,
+                      "to_unit": "r / 2"}  # fmt: skip
+    rows = list(read_jsonl(tmp_path / "hacpo" / "metrics.jsonl"))
+    assert rows and all(0.5 <= r[f"{a}/reward"] <= 1.0 for r in rows for a in "ab")  # every toy answer boxed
 
 
 @pytest.mark.parametrize(
@@ -439,6 +533,45 @@ def test_on_openrlhf_a_verifier_failing_the_first_batch_stops_the_engine_and_say
             module._scorer.close()
 
 
+def test_on_openrlhf_a_reward_outside_its_range_stops_the_engine_at_any_step(tmp_path, monkeypatch):
+    """The reward file maps a declared range as the local engine does (the scorer's), and a value outside it
+    writes the stop file at its first call, after successes too; the runner raises it, naming the item."""
+    import json
+    import sys
+    import threading
+    import time
+
+    from hacpo.engines.openrlhf.runner import launch_subprocess
+    from hacpo.reward import RewardRangeError
+    from hacpo.reward.custom import encode_label
+
+    stop = tmp_path / "verifier_stop.json"
+    reward = {"file": str(FIXTURE), "name": "exact", "range": [-1, 1]}
+    monkeypatch.setenv("HACPO_REWARD", json.dumps(reward))
+    monkeypatch.setenv("HACPO_VERIFIER_STOP", str(stop))
+    module = _reward_file_module()
+    label = encode_label("3", {"credit": 3.0}, "p7")
+    try:
+        assert module.reward_func(["q answer: 3"], ["q"], ["3"])["rewards"].tolist() == [1.0]
+        assert module.reward_func(["q answer: 4"], ["q"], ["3"])["rewards"].tolist() == [0.5]  # 0 → 0.5
+        args = (["q answer: 3"], ["q"], [label])
+        held = threading.Thread(target=module.reward_func, args=args, daemon=True)
+        held.start()
+        deadline = time.monotonic() + 20
+        while not stop.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        held.join(timeout=0.5)
+        assert held.is_alive(), "the call must hold until the runner stops the job"
+        report = json.loads(stop.read_text())
+        assert report["kind"] == "range" and "item p7 the reward 3.0" in report["error"]
+    finally:
+        if module._scorer is not None:
+            module._scorer.close()
+    with pytest.raises(RewardRangeError, match="item p7 the reward 3.0"):
+        launch_subprocess([sys.executable, "-c", "import time; time.sleep(600)"], {}, tmp_path / "log",
+                          lambda: None, stop)  # fmt: skip
+
+
 def test_on_openrlhf_concurrent_calls_with_a_hanging_verifier_cost_about_two_deadlines(monkeypatch):
     """Issue 43 on OpenRLHF: its executor calls the reward file once per sample, many at a time. Before, each
     call waited its turn behind the scorer's lock, so the 6 samples of a hanging prompt took 6 deadlines in
@@ -516,5 +649,6 @@ def test_the_first_batch_stop_is_set_for_a_fresh_run_with_a_verifier_only(tmp_pa
     env = verifier_stop_env(custom, OpenRLHFOptions(gpus_per_node=2), layout, start=0)
     assert env["HACPO_VERIFIER_FIRST_BATCH"] == "16" and not layout.verifier_stop.exists()  # 32 over 2
     assert env["HACPO_VERIFIER_STOP"] == str(layout.verifier_stop.resolve())
-    assert verifier_stop_env(custom, OpenRLHFOptions(gpus_per_node=2), layout, start=1) == {}
+    resumed = verifier_stop_env(custom, OpenRLHFOptions(gpus_per_node=2), layout, start=1)
+    assert resumed == {"HACPO_VERIFIER_STOP": env["HACPO_VERIFIER_STOP"]}  # a reward out of range still stops
     assert verifier_stop_env(TrainConfig(**base), OpenRLHFOptions(gpus_per_node=1), layout, start=0) == {}

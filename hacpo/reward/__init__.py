@@ -80,7 +80,7 @@ identical (content, gold) pairs within a batch are scored once.
 
 from __future__ import annotations
 
-from .custom import CustomReward, VerifierError
+from .custom import CustomReward, RewardRangeError, VerifierError
 from .extract import extract_boxed
 from .hendrycks import hendrycks_score
 from .limits import MAX_ANSWER_CHARS, MAX_NESTING, MAX_NUMBER_BITS
@@ -89,6 +89,7 @@ from .verify import warmup
 
 __all__ = [
     "CustomReward",
+    "RewardRangeError",
     "VerifierError",
     "MAX_ANSWER_CHARS",
     "MAX_NESTING",

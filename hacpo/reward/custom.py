@@ -5,8 +5,15 @@ The contract (the batch form of verl's ``custom_reward_function`` and TRL's ``re
 
     def fn(responses: list[str], answers: list[str], metadata: list[dict]) -> list[float]
 
-one call per batch; ``metadata[i]`` is record ``i``'s own extra fields (its ``metadata`` object). Rewards are
-finite numbers (0/1 for HACPO's verifiable rewards; partial credit is allowed).
+one call per batch; ``metadata[i]`` is record ``i``'s own extra fields (its ``metadata`` object). Rewards
+are finite numbers in [0, 1] (1 a right answer, 0 a wrong one, partial credit between), because HACPO reads
+them as success rates (its capability estimate, spec §3.1, and its advantage's special cases, §3.2). A
+verifier on another scale declares it, ``reward: {file: …, name: …, range: [lo, hi]}``, and every value
+is mapped onto [0, 1] by ``(r − lo) / (hi − lo)`` (:func:`unit_rewards`) before anything reads it: training,
+validation and evaluation, on both engines, see and log the mapped value, and ``run.json`` records the
+mapping (:func:`reward_record`). A value outside the declared range, or outside [0, 1] with none declared,
+stops the run at that step with a :class:`RewardRangeError` naming the item's id, its value and
+``reward.range``.
 
 Bounded and total, as math-verify is (:mod:`hacpo.reward.pool`): the verifier runs only in worker processes,
 each call under a hard deadline (a run's ``reward_timeout_s``, default 30 s; a hung worker is killed and
@@ -48,6 +55,10 @@ class VerifierError(ValueError):
     """The configured verifier cannot run at all: not importable, or it failed on a whole first batch."""
 
 
+class RewardRangeError(VerifierError):
+    """The verifier returned a value outside its range (declared, or [0, 1]): the run stops there."""
+
+
 class CustomReward(BaseModel):
     """``{function: "pkg.module:name"}`` or ``{file: PATH, name: NAME}``. ``sha256``, when given (the
     workflow records it as it plans a run), must still be the source's: a verifier edited after planning
@@ -72,9 +83,22 @@ class CustomReward(BaseModel):
             "a source that no longer has it fails the run"
         ),
     )
+    range: tuple[float, float] | None = Field(
+        None,
+        description=(
+            "the verifier's reward scale `[lo, hi]` when it is not [0, 1] (e.g. `[-1, 1]`, or `[0, 2]` for "
+            "partial credit up to 2): each value is mapped onto [0, 1] as `(r - lo) / (hi - lo)`, the value "
+            "training, validation, evaluation and the metrics use; a value outside it stops the run. "
+            "None: rewards must lie in [0, 1]"
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_form(self):
+        if self.range is not None:
+            lo, hi = self.range
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError(f"reward.range {list(self.range)}: give finite [lo, hi] with lo < hi")
         if (self.function is None) == (self.file is None):
             raise ValueError('give `function: "pkg.module:name"` or `file: path/to/verify.py` with `name:`')
         if self.file is not None and self.name is None:
@@ -117,7 +141,10 @@ class CustomReward(BaseModel):
         path = self.source_file()
         if not path.is_file():
             raise VerifierError(f"reward.file {self.file!r} does not exist")
-        return {"verifier": self.target, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        out = {"verifier": self.target, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        if self.range is not None:  # a declared scale changes what the algorithm sees
+            out["range"] = list(self.range)
+        return out
 
     def planned(self) -> dict[str, str]:
         """The entry with its source's hash filled in (the workflow's train spec: a rerun trigger)."""
@@ -156,6 +183,42 @@ def reward_identity(reward: str | dict | CustomReward) -> str | dict[str, str]:
     if isinstance(reward, str):
         return reward
     return (reward if isinstance(reward, CustomReward) else CustomReward(**reward)).identity()
+
+
+def unit_rewards(raw: Sequence[float | None], ids: Sequence[str], spec: CustomReward) -> list[float]:
+    """The verifier's values on [0, 1]: ``(r − lo) / (hi − lo)`` for a declared ``range: [lo, hi]``, as they
+    are for none; ``None`` (an item the verifier failed on) is 0, the bottom of the scale. A value outside
+    the range raises :class:`RewardRangeError` naming the first such item (its id and value), how many there
+    are, and ``reward.range``, the key that declares a scale."""
+    lo, hi = spec.range if spec.range is not None else (0.0, 1.0)
+    bad = [i for i, r in enumerate(raw) if r is not None and not lo <= r <= hi]
+    if bad:
+        i, more = bad[0], f" (and {len(bad) - 1} more in this batch)" if len(bad) > 1 else ""
+        if spec.range is None:
+            fix = (
+                "HACPO reads rewards as success rates in [0, 1]: declare the verifier's scale as "
+                "`reward.range: [lo, hi]` (e.g. [0, 2] or [-1, 1]) and hacpo maps it onto [0, 1], "
+                "or make the verifier return values in [0, 1]"
+            )
+            where = "outside [0, 1]"
+        else:
+            fix = "fix the verifier, or declare its true scale in `reward.range`"
+            where = f"outside its declared reward.range [{lo:g}, {hi:g}]"
+        what = f"the verifier {spec.target!r} gave item {ids[i]} the reward {raw[i]!r}"
+        raise RewardRangeError(f"reward: {what}, {where}{more}: {fix}")
+    return [0.0 if r is None else (r - lo) / (hi - lo) for r in raw]
+
+
+def reward_record(reward: str | CustomReward) -> dict:
+    """What ``run.json`` (``details.reward``) says of a run's reward: its name or verifier, its scale and the
+    map onto [0, 1] that training, validation and the metrics use (the identity for a scale of [0, 1])."""
+    if isinstance(reward, str):
+        return {"reward": reward, "range": [0.0, 1.0], "declared": False, "to_unit": "r"}
+    lo, hi = reward.range if reward.range is not None else (0.0, 1.0)
+    shifted = "r" if lo == 0 else f"(r - {lo:g})" if lo > 0 else f"(r + {-lo:g})"
+    to_unit = shifted if hi - lo == 1 else f"{shifted} / {hi - lo:g}"
+    declared = reward.range is not None
+    return {"reward": reward.target, "range": [lo, hi], "declared": declared, "to_unit": to_unit}
 
 
 def load_verifier(spec: CustomReward):
@@ -317,7 +380,8 @@ class VerifierRunner:
         for i in failed:
             why = errors[of[i]]
             logger.warning("verifier %s failed on item %s, scored 0: %s", self.spec.target, ids[i], why)
-        return [0.0 if of[i] in errors else float(values[of[i]]) for i in range(n)]
+        raw = [None if of[i] in errors else float(values[of[i]]) for i in range(n)]
+        return unit_rewards(raw, ids, self.spec)  # on [0, 1]; a failed item 0
 
     def _score_unique(self, items, responses, answers, metadata, ids) -> tuple[dict, dict]:
         """``items`` (indices of distinct items) → (values, errors) by index: batch calls, one per worker,

@@ -57,6 +57,7 @@ class CheckpointMixin:
                 "device": str(self.device),
                 "sampler_logp_as_old": self.sampler_logp,
                 "fidelity": self.cfg.fidelity_record(),
+                "reward": self.cfg.reward_record(),  # its scale and the map onto [0, 1] the metrics log
                 "precision": self.precision,  # auto resolved here (hacpo.hardware.resolve_precision)
                 "adapters": {
                     a.name: (lora.model_dump() if (lora := self.cfg.agent_adapter(i)) else "full")

@@ -29,7 +29,8 @@ Three promises, each tested against OpenRLHF's own loader and executor:
   (:class:`hacpo.reward.custom.VerifierError` from every one). The engine then writes the error to
   ``HACPO_VERIFIER_STOP`` and holds that call, so that the step's rollouts never complete and no update
   runs; the runner, which watches that file, stops the job and fails the run naming the key and the error
-  (:func:`.runner.launch_subprocess`).
+  (:func:`.runner.launch_subprocess`). A reward outside the verifier's range (``reward.range``, else
+  [0, 1]) stops the run the same way at its first call, at any step.
 
 With ``HACPO_ROLLOUT_LOG`` set (the runner sets it), every scored sample appends one line
 ``{"prompt": <sha1 of the prompt text, 16 hex>, "reward": r}`` to that file, from every engine: the record
@@ -175,11 +176,20 @@ def _log_rollouts(prompts, rewards) -> None:
 
 def _first_batch_failed(err: BaseException | None) -> None:
     """Count this engine's first calls: a verifier failing on all of the first ``HACPO_VERIFIER_FIRST_BATCH``
-    (module docstring) writes the stop file and holds this call until the runner stops the job."""
-    from hacpo.reward.custom import VerifierError
+    (module docstring) writes the stop file and holds this call until the runner stops the job. A reward
+    outside the verifier's range (:class:`hacpo.reward.custom.RewardRangeError`) does so at its first call,
+    at any step: its values would change HACPO's maths, not score 0."""
+    from hacpo.reward.custom import RewardRangeError, VerifierError
 
     limit = int(os.environ.get("HACPO_VERIFIER_FIRST_BATCH", "0"))
     stop = os.environ.get("HACPO_VERIFIER_STOP")
+    if isinstance(err, RewardRangeError) and stop:
+        from hacpo.runio import atomic_write_json
+
+        with _scorer_lock:
+            atomic_write_json(stop, {"error": str(err), "failed": 1, "kind": "range", "pid": os.getpid()})
+        logger.error("hacpo: %s; stopping the run", err)
+        threading.Event().wait()  # held, as below
     with _scorer_lock:
         if _first_batch["passed"] or not (limit and stop):
             return

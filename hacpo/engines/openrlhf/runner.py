@@ -25,7 +25,7 @@ from hacpo.checkpoints import newest_intact_step, set_aside
 from hacpo.config import TrainConfig
 from hacpo.engine_options import OpenRLHFOptions
 from hacpo.provenance import machine, versions
-from hacpo.reward.custom import VerifierError, encode_label, load_verifier
+from hacpo.reward.custom import RewardRangeError, VerifierError, encode_label, load_verifier
 from hacpo.runio import (
     MetricsLog,
     Profile,
@@ -305,6 +305,7 @@ def _record(cfg: TrainConfig, status: str, step: int, argv: list[str], **final) 
         details={
             "method": cfg.resolved_method().to_dict(),
             "fidelity": cfg.fidelity_record(),
+            "reward": cfg.reward_record(),  # its scale and the map onto [0, 1] the metrics log
             "command": argv,
         },
         **final,
@@ -330,6 +331,8 @@ def launch_subprocess(
                 except subprocess.TimeoutExpired:
                     if stop_file is not None and stop_file.is_file():
                         stop = json.loads(stop_file.read_text())
+                        if stop.get("kind") == "range":  # a reward outside its range, at any step
+                            raise RewardRangeError(stop["error"]) from None
                         raise VerifierError(
                             f"{stop['error']}; so were the {stop['failed'] - 1} items an engine scored before"
                         ) from None
@@ -343,11 +346,13 @@ def launch_subprocess(
 def verifier_stop_env(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout, start: int) -> dict[str, str]:
     """A fresh run with a verifier of your own: how many failed calls in a row stop it before its first
     update (:mod:`.reward_func`): the first step's samples one vLLM engine gets at least, the smallest share
-    of the most engines any agent has. Empty for the built-in rewards and for resumed runs (their first
-    step passed)."""
+    of the most engines any agent has. Empty for the built-in rewards; a resumed run (its first step
+    passed) gets the stop file alone, which a reward outside the verifier's range still writes."""
     layout.verifier_stop.unlink(missing_ok=True)  # a previous launch's, fixed since
-    if isinstance(cfg.reward, str) or start > 0:
+    if isinstance(cfg.reward, str):
         return {}
+    if start > 0:
+        return {"HACPO_VERIFIER_STOP": str(layout.verifier_stop.resolve())}
     samples = cfg.prompts_per_step * cfg.group_size * cfg.resolved_method().rollout_multiplier
     engines = max(1, opts.nodes * max(agent_gpus(cfg, opts)) // opts.vllm_tensor_parallel_size)
     return {
@@ -404,6 +409,9 @@ def train(cfg: TrainConfig, opts: OpenRLHFOptions, *, launcher: Launcher | None 
         with MemorySampler() as memory:
             try:
                 rc = _run(argv, env, layout, opts, launcher, on_tick)
+            except RewardRangeError as err:  # at any step: resumable from its checkpoints once fixed
+                _record(cfg, "failed", resumable(layout), argv).write(cfg.out_dir)
+                raise RewardRangeError(f"{err} (log: {layout.log})") from None
             except VerifierError as err:  # stopped before its first update: nothing to resume
                 _record(cfg, "failed", resumable(layout), argv).write(cfg.out_dir)
                 why = str(err).removeprefix("reward: ")
