@@ -134,3 +134,37 @@ def test_a_workflow_evaluation_generates_with_the_settings_budget_and_precision(
     argv = ["eval", "--source", json.dumps({"model": "m"}), "--settings", json.dumps(settings)]
     assert main([*argv, "--out", str(tmp_path / "out"), *flag]) == 0
     assert made == [("m", *expected)]
+
+
+PARTIAL = """
+def half_for_x(responses, answers, metadata):  # full credit for the gold, half for an "x" answer
+    return [1.0 if "{" + a + "}" in r else 0.5 if "{x}" in r else 0.0 for r, a in zip(responses, answers)]
+"""
+
+
+def test_partial_credit_counts_its_share_in_accuracy_and_never_a_pass(tmp_path):
+    """One definition (hacpo.eval.metrics): accuracy = avg@k = the mean reward; pass@k and the audit's
+    `correct` count a sample correct at full credit only, so the summary and the audit agree."""
+    from hacpo.eval import Sampling, evaluate
+    from hacpo.eval.metrics import summarize
+
+    s = summarize([[0.5, 0.5, 1.0, 0.0]])
+    assert s["avg@4"] == s["accuracy"] == 0.5
+    assert s["pass@1"] == 0.25  # one sample of four at full credit, not two halves counted as one
+    with pytest.raises(ValueError, match=r"outside \[0, 1\].*reward\.range"):
+        summarize([[2.0, 0.0]])
+    verify = tmp_path / "verify.py"
+    verify.write_text(PARTIAL)
+    bench = tmp_path / "b.jsonl"
+    bench.write_text(
+        "".join(json.dumps({"id": str(i), "problem": "q", "answer": str(7 + i)}) + "\n" for i in (1, 3))
+    )
+    sampling = Sampling(greedy=False, k=4)
+    reward = {"file": str(verify), "name": "half_for_x"}
+    summary = evaluate(_FixedGenerator(), bench, tmp_path / "out", sampling, reward=reward, scorer_workers=1)
+    # id 1: rewards 1, .5, .5, .5; id 3: 1, 1, 1, .5
+    assert summary["accuracy"] == summary["avg@4"] == (2.5 / 4 + 3.5 / 4) / 2
+    assert summary["pass@1"] == (1 / 4 + 3 / 4) / 2
+    audit = [json.loads(x) for x in (tmp_path / "out.samples.jsonl").read_text().splitlines()]
+    assert [r["correct"] for r in audit] == [r["reward"] == 1.0 for r in audit]
+    assert sum(r["correct"] for r in audit) == 4 and [r["reward"] for r in audit][:2] == [1.0, 0.5]

@@ -1,8 +1,26 @@
-"""Benchmark metrics: avg@k (mean accuracy over k samples per problem) and unbiased pass@k."""
+"""Benchmark metrics over each problem's k sampled rewards, every reward on [0, 1] (a verifier on another
+scale declares ``reward.range`` and is mapped onto [0, 1], :func:`hacpo.reward.custom.unit_rewards`).
+
+One definition, partial credit included:
+
+- **avg@k** (and ``accuracy``, the same number): the mean over problems of the mean *reward* over each
+  problem's k samples. A 0/1 reward makes it the mean correctness; partial credit counts for its share.
+- **pass@k**: the unbiased estimator of Chen et al. (2021), which needs a binary verdict per sample: a sample
+  is correct when its reward is at least :data:`CORRECT_AT` (full credit, 1), so partial credit never makes
+  a pass. The per-sample audit's ``correct`` is the same verdict (:func:`is_correct`).
+"""
 
 from __future__ import annotations
 
 from math import comb
+
+CORRECT_AT = 1.0
+"""The reward at which a sample counts as correct (pass@k, the audit's ``correct``): full credit."""
+
+
+def is_correct(reward: float) -> bool:
+    """A sample's binary verdict: its reward (on [0, 1]) is full credit, ≥ :data:`CORRECT_AT`."""
+    return reward >= CORRECT_AT
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -14,20 +32,28 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def avg_at_k(correct: list[list[float]]) -> float:
-    """Mean over problems of the mean correctness over each problem's k samples."""
-    if not correct:
+def avg_at_k(rewards: list[list[float]]) -> float:
+    """Mean over problems of the mean reward over each problem's k samples (partial credit its share)."""
+    if not rewards:
         raise ValueError("no problems to average")
-    return sum(sum(c) / len(c) for c in correct) / len(correct)
+    return sum(sum(r) / len(r) for r in rewards) / len(rewards)
 
 
-def summarize(correct: list[list[float]], ks: list[int] | None = None) -> dict[str, float]:
-    """avg@k plus pass@k for each k in ``ks`` (default: 1 and k) over per-problem sample correctness."""
-    n = len(correct[0])
-    if any(len(c) != n for c in correct):
+def summarize(rewards: list[list[float]], ks: list[int] | None = None) -> dict[str, float]:
+    """avg@k and ``accuracy`` (the mean reward), plus pass@k for each k in ``ks`` (default: 1 and k),
+    counting a sample correct at full credit (:func:`is_correct`), over each problem's sample rewards."""
+    n = len(rewards[0])
+    if any(len(r) != n for r in rewards):
         raise ValueError("every problem needs the same number of samples")
+    outside = [x for r in rewards for x in r if not 0.0 <= x <= 1.0]
+    if outside:  # a verifier's raw scale: its own range must be declared and mapped first
+        raise ValueError(
+            f"{len(outside)} rewards outside [0, 1] (e.g. {outside[0]!r}): a verifier on another scale "
+            "declares `reward.range: [lo, hi]`, which maps it onto [0, 1]"
+        )
     ks = sorted({1, n} if ks is None else {k for k in ks if k <= n})
-    out = {f"avg@{n}": avg_at_k(correct), "n_problems": len(correct), "samples_per_problem": n}
+    mean = avg_at_k(rewards)
+    out = {f"avg@{n}": mean, "accuracy": mean, "n_problems": len(rewards), "samples_per_problem": n}
     for k in ks:
-        out[f"pass@{k}"] = sum(pass_at_k(n, int(sum(c)), k) for c in correct) / len(correct)
+        out[f"pass@{k}"] = sum(pass_at_k(n, sum(map(is_correct, r)), k) for r in rewards) / len(rewards)
     return out

@@ -10,7 +10,7 @@ from pathlib import Path
 from hacpo.reward import Scorer, extract_boxed
 from hacpo.runio import RunRecord, atomic_write_json, atomic_write_text, run_lock, sweep_temporaries
 
-from .metrics import summarize
+from .metrics import is_correct, summarize
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,11 @@ def evaluate(
     pass_ks: list[int] | None = None,
     reward: str | dict | None = None,
 ) -> dict:
-    """Writes ``{out_prefix}.samples.jsonl`` (one line per response) and ``{out_prefix}.json`` (summary:
-    avg@k and unbiased pass@k for k in {1, k} ∪ ``pass_ks``). ``reward``: math-verify (None), ``hendrycks``,
-    or a verifier of your own (:mod:`hacpo.reward.custom`), which gets each record's ``metadata``."""
+    """Writes ``{out_prefix}.samples.jsonl`` (one line per response: its ``reward`` and ``correct``, full
+    credit) and ``{out_prefix}.json`` (summary: avg@k = ``accuracy``, the mean reward, and unbiased pass@k
+    for k in {1, k} ∪ ``pass_ks``, a sample correct at full credit; :mod:`hacpo.eval.metrics`).
+    ``reward``: math-verify (None), ``hendrycks``, or a verifier of your own (:mod:`hacpo.reward.custom`),
+    which gets each record's ``metadata``."""
     problems = read_benchmark(benchmark, limit)
     t0 = time.perf_counter()
     responses = generator.generate(problems, sampling)
@@ -104,7 +106,8 @@ def evaluate(
                         "response": text,
                         "extracted": extract_boxed(text),
                         "gold": p["answer"],
-                        "correct": bool(c),
+                        "reward": c,
+                        "correct": is_correct(c),  # full credit (hacpo.eval.metrics)
                     }
                 )
             )
@@ -112,8 +115,7 @@ def evaluate(
     summary = {
         "benchmark": name or Path(benchmark).stem,
         "file": str(benchmark),
-        **summarize(correct, sorted({1, sampling.k, *(pass_ks or [])})),
-        "accuracy": sum(sum(c) / len(c) for c in correct) / len(correct),
+        **summarize(correct, sorted({1, sampling.k, *(pass_ks or [])})),  # avg@k = accuracy: mean reward
         "sampling": asdict(sampling),
         "reward": reward or "math_verify",
         "time_generate_s": t_gen,
@@ -193,7 +195,7 @@ def rescore(samples: str | Path, benchmark: str | Path, out: str | Path, *, scor
         scores = scorer.score([r["response"] for r in rows], [gold[r["id"]] for r in rows])
     by_problem: dict[str, list[float]] = {}
     for r, c in zip(rows, scores, strict=True):
-        r.update(gold=gold[r["id"]], extracted=extract_boxed(r["response"]), correct=bool(c))
+        r.update(gold=gold[r["id"]], extracted=extract_boxed(r["response"]), reward=c, correct=is_correct(c))
         by_problem.setdefault(r["id"], []).append(c)
     correct = list(by_problem.values())
     summary = {
@@ -201,8 +203,7 @@ def rescore(samples: str | Path, benchmark: str | Path, out: str | Path, *, scor
         "file": str(benchmark),
         "rescored_from": str(samples),
         **summarize(correct),
-        "accuracy": sum(sum(c) / len(c) for c in correct) / len(correct),
-        "changed": sum(bool(c) != b for b, c in zip(before, scores, strict=True)),
+        "changed": sum(is_correct(c) != b for b, c in zip(before, scores, strict=True)),
     }
     out = Path(out)
     atomic_write_text(out.with_name(out.stem + ".samples.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
