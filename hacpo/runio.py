@@ -117,12 +117,17 @@ def read_jsonl(path: str | os.PathLike) -> list[dict]:
 
     Every line must be a JSON object; errors name the file and line (``path:n: …``).
     """
+    return [row for _, row in read_jsonl_lines(path)]
+
+
+def read_jsonl_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
+    """:func:`read_jsonl`'s rows with their line numbers in the file (1-based, blank lines counted)."""
     path = Path(path)
     with open(path, "rb") as f:
         gz = f.read(2) == b"\x1f\x8b"
     opener = gzip.open if gz else open
     with opener(path, "rt", encoding="utf-8") as f:
-        return [_json_object(line, f"{path}:{n}") for n, line in enumerate(f, 1) if line.strip()]
+        return [(n, _json_object(line, f"{path}:{n}")) for n, line in enumerate(f, 1) if line.strip()]
 
 
 def atomic_write_json(path: str | Path, obj) -> None:

@@ -223,3 +223,46 @@ def test_self_first_and_agent_order():
     assert minibatch_order("agent_order", **ROWS, **fixed) == [4, 3, 5, 1, 2, 0]
     with pytest.raises(ValueError, match="choose one of mixed, self_first, agent_order"):
         minibatch_order("random", **ROWS, **fixed)
+
+
+def _problems_with_a_repeated_id(path, line: int = 4):
+    """Four problems, a blank line after the second; the one on ``line`` repeats the first one's id."""
+    rows = [{"id": f"p{i}", "problem": f"{i} + 1", "answer": str(i + 1)} for i in range(4)]
+    rows[{2: 1, 4: 2, 5: 3}[line]]["id"] = "p0"
+    lines = [json.dumps(r) for r in rows]
+    path.write_text("\n".join([*lines[:2], "", *lines[2:]]) + "\n")
+    return path
+
+
+def test_a_repeated_problem_id_is_refused_naming_the_id_and_both_lines(tmp_path):
+    from hacpo.engines.core.schedule import read_problems
+
+    with pytest.raises(ValueError, match=r"train\.jsonl: problem id 'p0' on lines 1 and 4: .*another id"):
+        read_problems(_problems_with_a_repeated_id(tmp_path / "train.jsonl"))
+    path = tmp_path / "ok.jsonl"
+    path.write_text('{"id": 1, "problem": "q", "answer": "a"}\n{"id": "2", "problem": "q", "answer": "a"}\n')
+    assert [r["id"] for r in read_problems(path)] == [1, "2"]
+
+
+@pytest.mark.parametrize("split", ["train_file", "val_file"])
+def test_both_engines_refuse_a_repeated_problem_id_before_training(split, tmp_path, toy_data, small_agent):
+    """The local trainer and the OpenRLHF engine's prompt files read problems through one reader: a train
+    or validation file with a repeated id stops them before any model is loaded or file written."""
+    from hacpo.engines.local.trainer import LocalTrainer
+    from hacpo.engines.openrlhf.command import Layout
+    from hacpo.engines.openrlhf.runner import write_inputs
+
+    bad = _problems_with_a_repeated_id(tmp_path / "bad.jsonl", line=5)
+    cfg = load_train_config(
+        {"method": "grpo", "agents": [{"name": "a", "path": str(small_agent)}], "out_dir": str(tmp_path),
+         "train_file": str(toy_data / "train.jsonl"), "val_file": str(toy_data / "test.jsonl"), "val_size": 8,
+         split: str(bad), "steps": 1, "prompts_per_step": 2, "group_size": 2, "minibatch_size": 4}
+    )  # fmt: skip
+    message = r"bad\.jsonl: problem id 'p0' on lines 1 and 5"
+    with pytest.raises(ValueError, match=message):
+        LocalTrainer(cfg)
+    layout = Layout(tmp_path)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with pytest.raises(ValueError, match=message):
+        write_inputs(cfg, layout)
+    assert not layout.prompts.exists()

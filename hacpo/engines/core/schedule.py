@@ -7,17 +7,33 @@ from pathlib import Path
 
 import torch
 
-from hacpo.runio import read_jsonl
+from hacpo.runio import read_jsonl_lines
 
 
 def read_problems(path: str | Path) -> list[dict]:
-    rows = read_jsonl(path)
-    for i, r in enumerate(rows):
+    """A train or validation file's problems, each with ``id``, ``problem`` and ``answer``, ids unique: the
+    engines know a problem by its id (the local engine caches its prompt by it), so a repeated id would
+    train the second problem on the first one's prompt. Errors name the file and the lines."""
+    numbered = read_jsonl_lines(path)
+    first: dict[str, int] = {}
+    repeats: list[str] = []
+    for line, r in numbered:
         if not {"id", "problem", "answer"} <= r.keys():
-            raise ValueError(f"{path}: record {i} lacks one of id/problem/answer: {sorted(r)}")
-    if not rows:
+            raise ValueError(f"{path}:{line}: the record lacks one of id/problem/answer: {sorted(r)}")
+        key = str(r["id"])
+        if key in first:
+            repeats.append(f"id {key!r} on lines {first[key]} and {line}")
+        else:
+            first[key] = line
+    if repeats:
+        more = f" (and {len(repeats) - 1} more repeated ids)" if len(repeats) > 1 else ""
+        raise ValueError(
+            f"{path}: problem {repeats[0]}{more}: each problem needs its own id; "
+            "give one of them another id, or drop the copy"
+        )
+    if not numbered:
         raise ValueError(f"{path} holds no problems")
-    return rows
+    return [r for _, r in numbered]
 
 
 def batch_for_step(n_problems: int, batch: int, step: int, seed: int) -> list[int]:

@@ -132,8 +132,9 @@ def _write_prompts(cfg: TrainConfig, model: str, prompts: Path, validation: Path
     from hacpo.data.synthetic import as_problem
     from hacpo.engines.core.schedule import read_problems
 
+    problems = read_problems(cfg.train_file)  # both files checked before anything is written
+    val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
     tok = AutoTokenizer.from_pretrained(model)
-    problems = read_problems(cfg.train_file)
 
     def row(p: dict, **extra) -> str:
         text = prompt_text(tok, as_problem(p), cfg.prompt_style)
@@ -143,8 +144,7 @@ def _write_prompts(cfg: TrainConfig, model: str, prompts: Path, validation: Path
         return json.dumps({"prompt": text, "answer": label, "id": p["id"], **extra}) + "\n"
 
     atomic_write_text(prompts, "".join(row(problems[i]) for i in prompt_order(len(problems), cfg)))
-    if validation is not None and cfg.val_file and cfg.val_size:
-        val = read_problems(cfg.val_file)[: cfg.val_size]
+    if validation is not None and val:
         atomic_write_text(validation, "".join(row(p, datasource=logs.VALIDATION_SOURCE) for p in val))
 
 
