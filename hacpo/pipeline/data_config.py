@@ -123,8 +123,9 @@ class Benchmark(_Strict):
     metric: str = Field(
         "avg@1",
         pattern=r"^(avg|pass)@\d+$",
-        description="what tables report: `avg@k` (mean accuracy over k samples per problem) or `pass@k` "
-        "(unbiased pass@k); k at most `sampling.k`",
+        description="what tables report: `avg@k` (the mean reward over k samples per problem: accuracy, "
+        "partial credit its share) or `pass@k` (unbiased pass@k, a sample correct at full credit, reward 1); "
+        "k at most `sampling.k`",
     )
     # the evaluation's own type: one check of greedy/k/temperature/top_p
     sampling: Decoding = Field(
