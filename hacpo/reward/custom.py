@@ -148,7 +148,7 @@ class CustomReward(BaseModel):
 
     def planned(self) -> dict[str, str]:
         """The entry with its source's hash filled in (the workflow's train spec: a rerun trigger)."""
-        return {**self.model_dump(exclude_none=True), "sha256": self.identity()["sha256"]}
+        return {**self.model_dump(mode="json", exclude_none=True), "sha256": self.identity()["sha256"]}
 
     def check_unchanged(self) -> None:
         """:class:`VerifierError` when ``sha256`` is given and the source no longer has it."""
