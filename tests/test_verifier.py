@@ -227,6 +227,10 @@ def test_a_declared_range_is_scored_mapped_and_part_of_the_runs_identity(tmp_pat
     assert _cfg(tmp_path, entry).config_hash() != _cfg(tmp_path, reward).config_hash()
     assert "range" not in _cfg(tmp_path, entry).run_spec()["reward"]  # undeclared: runs keep their identity
     assert CustomReward(**reward).planned()["range"] == [0.0, 2.0]  # the workflow's train spec, as JSON
+    from hacpo.engines.openrlhf.runner import _record
+
+    record = _record(_cfg(tmp_path, reward), "running", 0, []).details["reward"]  # the OpenRLHF run.json
+    assert record["range"] == [0.0, 2.0] and record["to_unit"] == "r / 2" and record["declared"]
     for bad in ([1, 1], [2, 0], [0, float("inf")]):
         with pytest.raises(ValueError, match="reward.range"):
             CustomReward(**entry, range=bad)
