@@ -203,3 +203,15 @@ def test_weights_gone_non_finite_are_never_checkpointed(tmp_path, toy_data, smal
     assert "The last finite checkpoint is step 1" in str(err.value)
     found = _all_checkpoints_finite(Path(cfg.out_dir))
     assert {p.parent.name for p in found} == {"step-1"}  # neither agent's step-2 checkpoint
+
+
+def test_an_update_is_skipped_whichever_part_or_rank_found_it():
+    """OpenRLHF's ranks (and micro-batches) each report their share of an update: one rank's non-finite
+    log-probs mark the whole update (DeepSpeed's all-reduced check skips it on every rank)."""
+    from hacpo.engines.core.metrics import merge_parts
+    from hacpo.engines.core.nonfinite import NONFINITE_LOGP
+
+    merged = merge_parts(
+        [(4.0, {"rows": 4.0, NONFINITE_LOGP: 0.0}), (4.0, {"rows": 4.0, NONFINITE_LOGP: 1.0})]
+    )
+    assert merged[NONFINITE_LOGP] == 1.0 and merged["rows"] == 8.0

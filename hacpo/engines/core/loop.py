@@ -11,6 +11,11 @@ resume contract.
   run resumed at ``s`` cuts the logs back to exactly those and re-runs the validation at ``s`` if it is due
   and a kill lost part of it (greedy decoding: no random state is used, so the resumed run stays bitwise).
 
+- After each step's rows, and before its checkpoint, the :class:`~.nonfinite.SkipGuard` stops a diverging
+  run: ``nonfinite_max_skips`` skipped (non-finite) updates of one agent in a row, or weights found
+  non-finite as a checkpoint is written, raise :class:`~.nonfinite.Diverged` naming the step, the agent and
+  the last checkpoint written. Every checkpoint on disk is of finite weights.
+
 Where a run resumes from (the newest step every agent checkpointed) is the engine's to say.
 """
 

@@ -45,6 +45,8 @@ def merge_parts(parts: list[tuple[float, dict]]) -> dict[str, float]:
         vals = [(_weight(key, n, m), m[key]) for n, m in parts if key in m]
         if key in SUMMED or _summed(key):
             out[key] = sum(v for _, v in vals)
+        elif key in COUNTS:  # an update is skipped, or had non-finite log-probs, whichever part found it
+            out[key] = max(v for _, v in vals)
         elif key.endswith("_min"):
             out[key] = min(v for _, v in vals)
         elif key.endswith("_max"):
