@@ -135,12 +135,7 @@ def cross_rows(
         return []
     responses = [response_ids(r) for r in source_rows]
     shared = cross_tokens(
-        source_tok,
-        learner_tok,
-        responses,
-        max_new_tokens,
-        cross_eos,
-        source_stops=source_stops,
+        source_tok, learner_tok, responses, max_new_tokens, cross_eos, source_stops=source_stops,
         reuse_same=same_tokenizer == "reuse_ids",
     )
     out = []
