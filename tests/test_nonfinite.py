@@ -215,3 +215,38 @@ def test_an_update_is_skipped_whichever_part_or_rank_found_it():
         [(4.0, {"rows": 4.0, NONFINITE_LOGP: 0.0}), (4.0, {"rows": 4.0, NONFINITE_LOGP: 1.0})]
     )
     assert merged[NONFINITE_LOGP] == 1.0 and merged["rows"] == 8.0
+
+
+def test_non_finite_log_probs_skip_the_update_not_the_run(tmp_path, toy_data, small_agent, other_agent):
+    """The learner's own forward overflowing (its log-probs NaN in the loss) skips that update, counted as
+    such (``nonfinite/logp``); with room for the skips (``nonfinite_max_skips``) the run goes on, the skipping
+    agent's weights as they were."""
+    import hacpo.engines.local.trainer as tr
+
+    cfg = toy_train_config(
+        tmp_path, [("small", small_agent), ("big", other_agent)], "hacpo", data=toy_data,
+        steps=3, minibatch_size=16, nonfinite_max_skips=10,
+    )  # fmt: skip
+    trainer = tr.LocalTrainer(cfg)
+    big = trainer.agents[1].model
+    real_update = trainer._update
+    kept = {}
+
+    def overflowing(k, rows, problems, step):
+        if k != 1 or step < 1:
+            return real_update(k, rows, problems, step)
+        kept.setdefault("weights", [p.detach().clone() for p in big.parameters()])
+        head = big.get_output_embeddings().register_forward_hook(lambda mod, args, out: out * math.nan)
+        try:
+            return real_update(k, rows, problems, step)
+        finally:
+            head.remove()
+
+    trainer._update = overflowing
+    trainer.train()
+    rows = MetricsLog(Path(cfg.out_dir) / "metrics.jsonl").read()
+    assert [r["big/nonfinite/logp"] for r in rows] == [0.0, 2.0, 2.0]
+    assert [r["big/nonfinite/skipped"] for r in rows] == [0.0, 2.0, 2.0]
+    assert [r["small/nonfinite/skipped"] for r in rows] == [0.0, 0.0, 0.0]
+    assert math.isnan(rows[1]["big/loss"]) and math.isfinite(rows[1]["small/loss"])
+    assert all(torch.equal(a, b) for a, b in zip(kept["weights"], big.parameters(), strict=True))

@@ -63,6 +63,7 @@ class UpdateMixin:
                     metrics |= {"grad_norm": math.nan, NONFINITE_LOGP: 1.0}
                 else:
                     metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, cfg.grad_clip))
+                    metrics[NONFINITE_LOGP] = 0.0
                 # a NaN/inf loss or gradient norm never reaches the weights (AdamW's moments included)
                 step_ok = may_step(metrics.get("loss"), metrics["grad_norm"])
                 if step_ok:
