@@ -231,6 +231,17 @@ class TrainConfig(BaseModel):
     betas: tuple[float, float] = option((0.9, 0.99), group="step", help="AdamW's betas")
     weight_decay: float = option(0.01, group="step", help="AdamW's weight decay", ge=0)
     grad_clip: float = option(1.0, group="step", help="the gradient norm's clip", gt=0)
+    nonfinite_max_skips: int = option(
+        3,
+        group="step",
+        help=(
+            "an update whose loss or gradient norm is NaN/inf is skipped (never applied) and counted "
+            "(`<agent>/nonfinite/skipped`); this many in a row of one agent stop the run before its next "
+            "checkpoint, naming the checkpoint to resume from"
+        ),
+        ge=1,
+        runtime=True,
+    )
     kl_beta: float = option(1e-3, group="step", help="β of the k3 KL to the reference, on own rows", ge=0)
     adapter: Adapter | None = option(
         None,

@@ -388,6 +388,7 @@ class Update:
     CROSS_IN_BOUNDS = "cross_in_bounds_frac"  # cross rows with s in [lo_m, 1]: those that can carry gradient
     OWN_CLIP, CROSS_CLIP = "own_clip_frac", "cross_clip_frac"  # rows whose clip is active (flat)
     KL_TERM = "kl_term"  # whether the update had a KL term (it needs own rows)
+    SKIPPED = "skipped"  # its optimizer step was skipped: a non-finite loss or gradient norm (never applied)
 
     @staticmethod
     def row(step: int, agent: str, update: int, **fields) -> dict:

@@ -150,7 +150,7 @@ def test_every_run_config_key_says_what_it_means_and_the_runtime_list_is_its_tag
         assert field.description, f"{name}: no description (hacpo.config.option(help=...))"
         assert f"| `{name}` |" in page
     tagged = {n for n, f in TrainConfig.model_fields.items() if f.json_schema_extra.get("runtime")}
-    assert set(RUNTIME_OPTIONS) == tagged and len(tagged) == 12
+    assert set(RUNTIME_OPTIONS) == tagged and len(tagged) == 13
     rows = [line for line in page.splitlines() if line.startswith("| `")]
     assert {r.split("`")[1] for r in rows if "| yes |" in r} == tagged
 

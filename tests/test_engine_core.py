@@ -197,6 +197,7 @@ def test_update_records_say_lo_m_even_without_cross_rows():
     assert rec == {
         "step": 5, "agent": "a", "update": 3, "own_rows": 8, "cross_rows": 0, "cross_lo": 0.875,
         "cross_in_bounds_frac": None, "own_clip_frac": 0.25, "cross_clip_frac": None, "kl_term": True,
+        "skipped": False,
     }  # fmt: skip
     cross = {"update": 0, "rows": 8, "own_rows": 0, "cross_in_bounds_frac": 0.75}
     rec = update_record(5, "a", cross, hacpo)

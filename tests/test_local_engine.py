@@ -648,6 +648,7 @@ def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent
     runtime = {"progress", "threads", "scorer_workers", "device", "openrlhf", "logging"}  # logging: issue 31
     runtime |= {"reward_timeout_s", "reward_retry_budget_s"}  # issues 37 and 43
     runtime |= {"final_checkpoint"}  # issue 44
+    runtime |= {"nonfinite_max_skips"}  # when a diverging run stops: never what a finished one computed
     new |= {"adapter"}  # issue 42: full fine-tuning, on the run and on each agent
     new |= {"rescue_advantage"}  # issue 45: SGT's knob, None for every other method
     old = cfg.model_dump(exclude={*runtime, *new, "agents"})

@@ -195,6 +195,7 @@ RUNTIME_VALUES = {  # a non-default value of every runtime option a config sets 
     "micro_batch_tokens": 4096,
     "generation_batch_tokens": 8192,
     "final_checkpoint": "weights",
+    "nonfinite_max_skips": 5,
 }
 
 

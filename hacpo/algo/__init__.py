@@ -8,6 +8,7 @@
 - :mod:`~hacpo.algo.methods` — the method registry (§2, §8)
 """
 
+from ._checks import NonFiniteLogProbs
 from .advantages import (
     capability_baseline,
     group_advantages,
@@ -50,6 +51,7 @@ __all__ = [
     "LossSpec",
     "Method",
     "MiniBatch",
+    "NonFiniteLogProbs",
     "capability_baseline",
     "cross_bounds",
     "cross_in_bounds",

@@ -20,16 +20,28 @@ def check_finite(name: str, t: torch.Tensor) -> None:
         )
 
 
+class NonFiniteLogProbs(ValueError):
+    """The learner's current log-probs hold NaN/inf on response tokens: its forward overflowed or its weights
+    are no longer finite. Not bad input: an engine skips the update (hacpo.engines.core.nonfinite)."""
+
+
 def check_all_finite(**tensors: torch.Tensor) -> None:
     """:func:`check_finite` of several tensors with one host sync (each ``bool(tensor)`` is a device sync on a
-    GPU); the error names the first that is not finite."""
+    GPU); the error names the first that is not finite (``logp``, the learner's own: NonFiniteLogProbs)."""
     named = {k: t for k, t in tensors.items() if t is not None and t.numel()}
     if not named:
         return
     ok = torch.stack([torch.isfinite(t).all() for t in named.values()]).tolist()
     for (name, t), good in zip(named.items(), ok, strict=True):
-        if not good:
-            check_finite(name, t)
+        if good:
+            continue
+        if name == "logp":
+            bad = int((~torch.isfinite(t)).sum())
+            raise NonFiniteLogProbs(
+                f"logp (the learner's current log-probs) contains {bad} non-finite value(s) (NaN/inf) on "
+                "response tokens: its forward overflowed or its weights are no longer finite"
+            )
+        check_finite(name, t)
 
 
 def check_nonempty(name: str, t: torch.Tensor) -> None:

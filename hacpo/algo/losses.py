@@ -109,7 +109,9 @@ class MiniBatch:
         for name in ("old_logp", "ref_logp"):
             if getattr(self, name) is not None:
                 check_same_shape(logp=self.logp, **{name: getattr(self, name)})
-        check_all_finite(adv=self.adv, old_mean_logp=self.old_mean_logp, omega=self.omega)
+        # the learner's own log-probs last: bad input is named first; padding may hold anything
+        logp = torch.where(self.mask.bool(), self.logp.detach(), 0.0)
+        check_all_finite(adv=self.adv, old_mean_logp=self.old_mean_logp, omega=self.omega, logp=logp)
 
     def own_rows(self) -> torch.Tensor:
         if self.is_own is None:

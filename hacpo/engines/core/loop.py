@@ -11,6 +11,11 @@ resume contract.
   run resumed at ``s`` cuts the logs back to exactly those and re-runs the validation at ``s`` if it is due
   and a kill lost part of it (greedy decoding: no random state is used, so the resumed run stays bitwise).
 
+- After each step's rows, and before its checkpoint, the :class:`~.nonfinite.SkipGuard` stops a diverging
+  run: ``nonfinite_max_skips`` skipped (non-finite) updates of one agent in a row, or weights found
+  non-finite as a checkpoint is written, raise :class:`~.nonfinite.Diverged` naming the step, the agent and
+  the last checkpoint written. Every checkpoint on disk is of finite weights.
+
 Where a run resumes from (the newest step every agent checkpointed) is the engine's to say.
 """
 
@@ -24,6 +29,7 @@ from pathlib import Path
 from hacpo.config import TrainConfig
 from hacpo.runio import Metric, MetricsLog, Validation
 
+from .nonfinite import NonFiniteWeights, SkipGuard
 from .step import StepResult
 from .trackers import TensorBoardView, WandbView
 
@@ -42,6 +48,9 @@ class RunLoop:
     validation: MetricsLog = field(init=False)
     updates: MetricsLog = field(init=False)
     views: list[TensorBoardView | WandbView] = field(init=False)  # live curves of the metrics, validation
+    # describes the step-N checkpoint in a divergence's message (the local engine: its folders)
+    checkpoint_of: Callable[[int], str] | None = None
+    guard: SkipGuard = field(init=False)  # a run of skipped (non-finite) updates stops the run
 
     def __post_init__(self) -> None:
         out = Path(self.cfg.out_dir)
@@ -54,6 +63,8 @@ class RunLoop:
             spec = {**self.cfg.run_spec(), "config_hash": self.cfg.config_hash()}
             self.views.append(WandbView(out, logging.wandb, spec))
         self._validate_s = 0.0  # validation time not yet counted in a metrics row
+        where = self.checkpoint_of or (lambda step: f"step {step} in {out}")
+        self.guard = SkipGuard(self.cfg.nonfinite_max_skips, where)
 
     def due(self, done: int) -> bool:
         return self.val_size > 0 and self.cfg.validation_due(done)
@@ -61,6 +72,7 @@ class RunLoop:
     def resume(self, start: int, validate: Validate) -> None:
         """Cut the logs back to a run starting at ``start`` (0: a fresh run) and validate at ``start`` where
         that is due and not already complete in the log."""
+        self.guard.resumed(start)
         self.metrics.truncate_to(start)
         self.updates.truncate_to(start)
         self.validation.truncate_to(start + 1 if start else 0)
@@ -113,8 +125,13 @@ class RunLoop:
                     view.metrics(row)
                 if on_row is not None:
                     on_row(row)
+                self.guard.observe(step, result.updates)  # after the row (its skips), before the checkpoint
                 if self.cfg.checkpoint_due(done):
-                    save_checkpoint(done)
+                    try:  # an engine checks its weights are finite before it writes any
+                        save_checkpoint(done)
+                    except NonFiniteWeights as e:
+                        raise self.guard.weights(done, e) from e
+                    self.guard.saved(done)
         except BaseException:
             self.close(failed=True)
             raise

@@ -14,6 +14,8 @@ from hacpo.algo import LossSpec
 from hacpo.algo.losses import cross_bounds
 from hacpo.runio import Update
 
+from .nonfinite import COUNTS, SKIPPED
+
 # A part's share: the parts add up to the whole (hacpo.algo.policy_loss with n_total / own_tokens set).
 SUMMED = {"loss", "pg_loss", "kl", "rows", "own_rows", "rescue_rows"}
 
@@ -43,6 +45,8 @@ def merge_parts(parts: list[tuple[float, dict]]) -> dict[str, float]:
         vals = [(_weight(key, n, m), m[key]) for n, m in parts if key in m]
         if key in SUMMED or _summed(key):
             out[key] = sum(v for _, v in vals)
+        elif key in COUNTS:  # an update is skipped, or had non-finite log-probs, whichever part found it
+            out[key] = max(v for _, v in vals)
         elif key.endswith("_min"):
             out[key] = min(v for _, v in vals)
         elif key.endswith("_max"):
@@ -54,14 +58,20 @@ def merge_parts(parts: list[tuple[float, dict]]) -> dict[str, float]:
 
 
 def aggregate(updates: list[dict]) -> dict[str, float]:
-    """A step's metrics of its updates': min of ``*_min``, max of ``*_max``, sum of ``*_sum``, mean of
-    everything else (over the updates that have it), and ``updates``, their number."""
+    """A step's metrics of its updates': min of ``*_min``, max of ``*_max``, sum of ``*_sum`` and of the
+    non-finite counts (``nonfinite/*``), mean of everything else (over the updates that have it), and
+    ``updates``, their number. A NaN stays visible: any update's NaN makes the step's value NaN (a diverging
+    update's gradient norm is a number to see, not one to leave out)."""
     out: dict[str, float] = {"updates": float(len(updates))}
     for key in sorted({k for log in updates for k in log}):
-        vals = [log[key] for log in updates if key in log and not math.isnan(log[key])]
+        vals = [log[key] for log in updates if key in log]
         if not vals or key == Update.UPDATE:
             continue
-        if key.endswith("_min"):
+        if any(math.isnan(v) for v in vals):
+            out[key] = math.nan
+        elif key in COUNTS:
+            out[key] = sum(vals)
+        elif key.endswith("_min"):
             out[key] = min(vals)
         elif key.endswith("_max"):
             out[key] = max(vals)
@@ -87,5 +97,5 @@ def update_record(step: int, agent: str, log: dict, spec: LossSpec) -> dict:
     return Update.row(
         step, agent, m, own_rows=own, cross_rows=rows - own, cross_lo=lo,
         cross_in_bounds_frac=in_bounds, own_clip_frac=log.get("own_clip_frac"), cross_clip_frac=clipped,
-        kl_term="kl" in log,
+        kl_term="kl" in log, skipped=bool(log.get(SKIPPED, 0.0)),
     )  # fmt: skip

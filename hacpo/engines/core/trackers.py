@@ -46,14 +46,21 @@ def validation_tag(agent: str) -> str:
     return f"val/{agent}/{Validation.ACC}"
 
 
+NONFINITE_VALUES = "nonfinite/values"  # a row's count of NaN/inf fields, where it has any
+
+
 def scalars(row: dict) -> dict[str, float]:
-    """The numeric fields of a metrics row (not its step; not lists such as ω, nor missing values)."""
+    """The numeric fields of a metrics row (not its step; not lists such as ω, nor missing values). A NaN or
+    inf is kept as it is (a diverging run must show it) and counted: ``nonfinite/values``, in rows that
+    have any."""
     out = {}
     for key, value in row.items():
         if key == Metric.STEP or isinstance(value, bool) or not isinstance(value, int | float):
             continue
-        if math.isfinite(value):
-            out[key] = float(value)
+        out[key] = float(value)
+    bad = sum(not math.isfinite(v) for v in out.values())
+    if bad:
+        out[NONFINITE_VALUES] = float(bad)
     return out
 
 

@@ -10,6 +10,7 @@ import torch
 
 from hacpo.agents import adapters
 from hacpo.checkpoints import intact_resume_step, write_checkpoint_manifest
+from hacpo.engines.core.nonfinite import NonFiniteWeights, nonfinite_weights
 from hacpo.provenance import machine, versions
 from hacpo.runio import RunRecord, atomic_dir, sweep_temporaries
 
@@ -69,7 +70,11 @@ class CheckpointMixin:
 
     def _save_checkpoint(self, step: int) -> None:
         """Every agent's checkpoint, then ``run.json`` (the step is resumable from here), then pruning: a kill
-        at any point leaves the previous complete checkpoint of every agent in place."""
+        at any point leaves the previous complete checkpoint of every agent in place. Weights holding NaN/inf
+        are never written (:class:`~hacpo.engines.core.nonfinite.NonFiniteWeights`, before any agent's)."""
+        for agent in self.agents:
+            if bad := nonfinite_weights(agent.model.named_parameters()):
+                raise NonFiniteWeights(agent.name, bad)
         for agent in self.agents:
             final = self.out / "checkpoints" / agent.name / f"step-{step}"
             with atomic_dir(final) as tmp:

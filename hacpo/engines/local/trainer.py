@@ -93,7 +93,10 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
         )
         reuse = cfg.same_tokenizer == "reuse_ids"  # reencode: the released code decodes every response
         self.same_tok = [[reuse and same_tokenizer(a.tok, b.tok) for b in self.agents] for a in self.agents]
-        self.loop = RunLoop(cfg, [a.name for a in self.agents], val_size=len(self.val))
+        self.loop = RunLoop(
+            cfg, [a.name for a in self.agents], val_size=len(self.val),
+            checkpoint_of=lambda step: str(self.out / "checkpoints" / "<agent>" / f"step-{step}"),
+        )  # fmt: skip
         self.phase = Phases(self.device)
         self.gen_tokens = 0
         if cfg.old_logp == "auto":  # the sampler's log-probs are π_old exactly only where the decoder and

@@ -4,6 +4,7 @@ token budget, and the loss of each with the backward restricted to rows that hav
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -16,10 +17,12 @@ from hacpo.agents.lm import (
 from hacpo.agents.vocab import head_grads_into_param
 from hacpo.algo import (
     MiniBatch,
+    NonFiniteLogProbs,
     metric_floats,
 )
 from hacpo.engines.core.live_rows import policy_loss_live_rows
 from hacpo.engines.core.metrics import merge_parts
+from hacpo.engines.core.nonfinite import NONFINITE_LOGP, SKIPPED, may_step
 from hacpo.engines.core.order import minibatch_order
 
 from .agent import Agent
@@ -52,27 +55,42 @@ class UpdateMixin:
                 if len(parts) > 1:  # each part's loss is its share of the mini-batch's (hacpo.algo)
                     own = rows.is_own[idx]
                     whole = (float(len(idx)), float(rows.mask[idx][own].sum()))
-                part_metrics = []
-                for part in parts:
-                    loss, metrics = self._part_loss(learner, rows, part, p_ids, p_mask, m, whole)
-                    with head_grads_into_param():  # a later part adds its head gradient in place
-                        loss.backward()
-                    part_metrics.append((len(part), metrics))
-                metrics = merge_parts(
-                    [
-                        (n, x)
-                        for (n, _), x in zip(
-                            part_metrics, metric_floats([x for _, x in part_metrics]), strict=True
-                        )
-                    ]
-                )
+                metrics = self._backward(learner, rows, parts, p_ids, p_mask, m, whole)
                 trained = adapters.trainable_parameters(learner.model)
-                metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, cfg.grad_clip))
-                learner.opt.step()
+                if metrics is None:  # non-finite log-probs: no loss, no gradient to take
+                    own_rows = float(rows.is_own[idx].sum())
+                    metrics = {"rows": float(len(idx)), "own_rows": own_rows, "loss": math.nan}
+                    metrics |= {"grad_norm": math.nan, NONFINITE_LOGP: 1.0}
+                else:
+                    metrics["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(trained, cfg.grad_clip))
+                    metrics[NONFINITE_LOGP] = 0.0
+                # a NaN/inf loss or gradient norm never reaches the weights (AdamW's moments included)
+                step_ok = may_step(metrics.get("loss"), metrics["grad_norm"])
+                if step_ok:
+                    learner.opt.step()
+                else:
+                    learner.opt.zero_grad(set_to_none=True)
+                metrics[SKIPPED] = 0.0 if step_ok else 1.0
                 metrics["update"] = m
                 logs.append(metrics)
                 m += 1
         return logs
+
+    def _backward(self, learner, rows: Rows, parts, p_ids, p_mask, m: int, whole) -> dict | None:
+        """Each part's loss and backward; the update's merged metrics, or None when the learner's log-probs
+        are not finite (:class:`~hacpo.algo.NonFiniteLogProbs`: the update is skipped, not the run)."""
+        part_metrics = []
+        for part in parts:
+            try:
+                loss, metrics = self._part_loss(learner, rows, part, p_ids, p_mask, m, whole)
+            except NonFiniteLogProbs:
+                learner.opt.zero_grad(set_to_none=True)
+                return None
+            with head_grads_into_param():  # a later part adds its head gradient in place
+                loss.backward()
+            part_metrics.append((len(part), metrics))
+        floats = metric_floats([x for _, x in part_metrics])
+        return merge_parts([(n, x) for (n, _), x in zip(part_metrics, floats, strict=True)])
 
     def _micro_batches(self, idx: torch.Tensor, rows: Rows, p_ids: torch.Tensor) -> list[torch.Tensor]:
         """``idx`` cut into parts of at most ``micro_batch_tokens`` tokens as the forward runs them, padded:

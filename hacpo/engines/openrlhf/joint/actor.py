@@ -14,12 +14,15 @@ subclassing a remote class, so it subclasses ``PolicyModelActor.__ray_actor_clas
 
 from __future__ import annotations
 
+import math
+
 import torch
 from openrlhf.trainer.ppo_utils.experience import make_experience_batch
 from openrlhf.trainer.ray.ppo_actor import ActorPPOTrainer, PolicyModelActor
 
-from hacpo.algo import LossSpec, metric_floats
+from hacpo.algo import LossSpec, NonFiniteLogProbs, metric_floats
 from hacpo.engines.core.metrics import merge_parts
+from hacpo.engines.core.nonfinite import NONFINITE_LOGP, SKIPPED, may_step, nonfinite_weights
 from hacpo.engines.core.order import ORDERS, minibatch_order
 
 from ..lora import peft_of
@@ -62,6 +65,7 @@ class HacpoActorTrainer(ActorPPOTrainer):
                 "HACPO on OpenRLHF needs fixed micro-batches: turn off train.dynamic_batch_enable"
             )
         self.spec, self.order, self.seed, self.learner, self.step = spec, order, seed, learner, 0
+        skip_nonfinite_steps(self.actor_optim)
 
     # ------------------------------------------------------------------------------------ order
     def row_order(self, items: list) -> list[int]:
@@ -106,13 +110,14 @@ class HacpoActorTrainer(ActorPPOTrainer):
         pending = []
         for micro, m in self.steps():
             norm = step_norm(micro, m, *self._dp())
-            parts, last = [], {}
+            parts, last, bad_logp = [], {}, False
             for i, exp in enumerate(micro):
                 exp.to_device(device)
-                status = self.training_step(exp, kl_ctl, i, {"norm": norm})
+                status = self.training_step(exp, kl_ctl, i, {"norm": norm, "boundary": i == len(micro) - 1})
                 parts.append((status["num_samples"], status["metrics"]))
                 last.update(status["last"])
-            pending.append((parts, last))
+                bad_logp |= status["nonfinite_logp"]
+            pending.append((parts, {**last, NONFINITE_LOGP: float(bad_logp)}))
         # the step's loss metrics are tensors on the GPU: to the host in one transfer, not one per number
         floats = iter(metric_floats([metrics for parts, _ in pending for _, metrics in parts]))
         return [{**merge_parts([(n, next(floats)) for n, _ in parts]), **last} for parts, last in pending]
@@ -157,18 +162,35 @@ class HacpoActorTrainer(ActorPPOTrainer):
                 return_output=True,
                 ring_attn_group=self.strategy.ring_attn_group,
             )
-        loss, metrics = microbatch_loss(logp, experience, self.spec, norm)
+        bad_logp = False
+        try:
+            loss, metrics = microbatch_loss(logp, experience, self.spec, norm)
+        except NonFiniteLogProbs:
+            # no loss to take: NaN gradients instead, which DeepSpeed's check (skip_nonfinite_steps) turns
+            # into a skipped step on every rank; no rank leaves its backward out (the others wait on it)
+            loss, metrics, bad_logp = logp.float().sum() * math.nan, {}, True
         self.strategy.backward(loss, self.actor, self.actor_optim)
         self.strategy.optimizer_step(self.actor_optim, self.actor, self.actor_scheduler, name="actor")
         last = {"actor_lr": float(self.actor_scheduler.get_last_lr()[0]), "update": float(norm.m)}
+        engine = getattr(self.actor, "model", None)  # the DeepSpeed engine; at the boundary: this step's
+        applied = bool(engine.was_step_applied()) if hasattr(engine, "was_step_applied") else True
         grad_norm = self.strategy.get_grad_norm(self.actor)
-        if grad_norm is not None:
-            last["grad_norm"] = float(grad_norm)
+        if grad_norm is not None:  # a skipped step's norm is not computed: NaN, never a stale one
+            last["grad_norm"] = float(grad_norm) if applied else math.nan
+        last[SKIPPED] = 0.0 if applied else 1.0
+        if loss_batch_info.get("boundary") and applied and not may_step(None, grad_norm):
+            raise RuntimeError(
+                f"DeepSpeed applied an optimizer step with gradient norm {float(grad_norm)} (update "
+                f"{norm.m}): its optimizer ({type(self.actor_optim).__name__}) has no check that skips a "
+                "non-finite step, so the actor's weights may now hold NaN/inf. Resume from the run's last "
+                "checkpoint with a lower lr, or with openrlhf.zero_stage 1 or 2 (their optimizer skips it)"
+            )
         return {
             "metrics": {k: metrics[k] for k in STATUS_KEYS if k in metrics},
             "last": last,
             "num_samples": float(experience.action_mask.shape[0]),
             "loss": loss.detach(),
+            "nonfinite_logp": bad_logp,
         }
 
 
@@ -219,6 +241,11 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
         with peft_model.disable_adapter():
             return self.forward(sequences, action_mask, attention_mask, packed_seq_lens, mm_train_inputs_list)
 
+    def nonfinite_weights(self) -> list[str]:
+        """This rank's parameters holding NaN/inf (ZeRO-3: its shards), checked before a checkpoint."""
+        named = self.actor.model.named_parameters()
+        return nonfinite_weights((n, getattr(p, "ds_tensor", p)) for n, p in named)
+
     def set_lr(self, lr: float) -> None:
         """The next optimizer step's learning rate (the scheduler sets its own again after that step)."""
         for group in self.actor_optim.param_groups:
@@ -229,6 +256,19 @@ class HacpoPolicyActor(PolicyModelActor.__ray_actor_class__):
         actors are new processes, draws the order an uninterrupted run draws)."""
         self.trainer.step = step
         return self.fit()
+
+
+def skip_nonfinite_steps(optim) -> bool:
+    """Turn on DeepSpeed's check for non-finite gradients before its optimizer step where the optimizer has
+    one (ZeRO-1/2's; off by default in bf16, where a NaN/inf gradient then steps into the weights): a step
+    with NaN/inf gradients is then skipped on every data-parallel rank alike (the check is all-reduced), its
+    gradients dropped, the lr schedule held, and the engine's ``was_step_applied()`` is False. Returns whether
+    the optimizer has such a check (fp16's loss scaler always checks); where it has none, a non-finite step
+    is caught after the fact (:meth:`HacpoActorTrainer.training_step` stops the run)."""
+    if hasattr(optim, "check_grad_overflow"):
+        optim.check_grad_overflow = True
+        return True
+    return hasattr(optim, "overflow")
 
 
 def policy_actor_class(num_gpus: float = 1):

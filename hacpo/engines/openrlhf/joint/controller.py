@@ -65,7 +65,8 @@ class AgentStack(Protocol):
         """Greedy pass@1 reward per prompt (in-training validation)."""
 
     def save_checkpoint(self, step: int) -> None:
-        """Everything needed to resume at ``step`` (optimizer included) plus a Hugging Face copy."""
+        """Everything needed to resume at ``step`` (optimizer included) plus a Hugging Face copy; never of
+        weights holding NaN/inf (:class:`~hacpo.engines.core.nonfinite.NonFiniteWeights` instead)."""
 
     def save_model(self) -> None:
         """The final Hugging Face model."""

@@ -35,6 +35,7 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator
 from openrlhf.trainer.ray.vllm_engine import batch_vllm_engine_call
 
 from hacpo.engines.core.metrics import merge_parts
+from hacpo.engines.core.nonfinite import SKIPPED, NonFiniteWeights
 
 from .rows import IS_SELF, batchable
 
@@ -65,8 +66,9 @@ def sync_calls(sleep_mode: bool, sleep_after: bool) -> list:
     return calls
 
 
-# Values every rank reports alike for an optimizer step (DeepSpeed's global gradient norm, the lr, m).
-SHARED_KEYS = ("actor_lr", "grad_norm", "update")
+# Values every rank reports alike for an optimizer step (DeepSpeed's global gradient norm, the lr, m, and
+# whether DeepSpeed skipped it: its check for non-finite gradients is all-reduced over the ranks).
+SHARED_KEYS = ("actor_lr", "grad_norm", "update", SKIPPED)
 
 
 def merge_rank_updates(ranks: list[list[dict]]) -> list[dict]:
@@ -206,9 +208,13 @@ class OpenRLHFStack:
     def save_checkpoint(self, step: int) -> None:
         """DeepSpeed states (resume) and a Hugging Face copy (``global_step<N>_hf``) of this agent; then what
         the DeepSpeed folder holds (:func:`hacpo.checkpoints.write_checkpoint_manifest`, checked on
-        resume)."""
+        resume). None of weights holding NaN/inf (:class:`~hacpo.engines.core.nonfinite.NonFiniteWeights`)."""
         from hacpo.checkpoints import write_checkpoint_manifest
 
+        # weights holding NaN/inf are never written (every rank checks its own: ZeRO-3 shards)
+        ranks = ray.get(self.actor_group.async_run_method(method_name="nonfinite_weights"))
+        if bad := sorted({name for names in ranks for name in names}):
+            raise NonFiniteWeights(self.name, bad)
         tag = f"global_step{step}"
         ray.get(self.actor_group.async_run_method(method_name="save_checkpoint", tag=tag))
         write_checkpoint_manifest(Path(self.args.ckpt.path) / "_actor" / tag)  # every rank has written
