@@ -14,8 +14,10 @@ mode that sees every aten op, C++ autograd's included. A sync is recorded, with 
   blocking ``.to(device)`` (a blocking copy waits for the stream; ``non_blocking=True`` from the host does
   not).
 
-With ``everything_on_device=True`` every tensor counts as a device tensor (the maths, whose inputs all live
-on the run's device).
+With ``everything_on_device=True`` every tensor counts as a device tensor but those copied to the host (for
+the maths, whose inputs all live on the run's device). Placement that only torch's C++ decides is not
+followed: ``clip_grad_norm_`` groups gradients by their real device, ``cpu``, and its ``.to(that device)``
+reads as a copy to the host here, where CUDA would keep it on the GPU.
 """
 
 from __future__ import annotations

@@ -388,6 +388,8 @@ class SharedPrefixes:
 
     Built under grad, :meth:`logprobs` can be called for several row subsets (e.g. a no-grad pass over
     some rows with ``detach=True``, then a grad pass over others) without encoding the prefixes again.
+    The inputs may stay on the host with ``device`` naming where the model runs (the local update's rows
+    do): the grouping runs there without a device sync (docs/design.md, "Host syncs").
     """
 
     def __init__(
@@ -402,8 +404,8 @@ class SharedPrefixes:
         device: torch.device | str | None = None,
     ):
         # The grouping reads sizes as it goes (a depth search, group counts, widths): index arithmetic on a
-        # few rows, done on the host, where a read is no device sync. Inputs on the host (the local update's)
-        # then move to ``device`` (default: ``response``'s) without waiting; inputs on a GPU come back once.
+        # few rows, done on the host, where a read is no device sync. Host inputs then move to ``device``
+        # (default: ``response``'s) without waiting; inputs on a GPU come back once (one copy each).
         dev = response.device if device is None else torch.device(device)
         rows = response.shape[0]
         if response_mask is None:
