@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 
 import torch
@@ -21,6 +20,7 @@ import torch
 import hacpo.agents.lm as lm
 from hacpo.eval.local import LocalGenerator
 from hacpo.eval.run import Sampling, read_benchmark
+from hacpo.hardware import peak_rss_mb
 
 GREEDY = Sampling(max_new_tokens=24, prompt_style="paper")  # config/real-claims.yaml's evaluation
 
@@ -52,7 +52,7 @@ def main() -> None:
     start = time.perf_counter()
     generator.generate(problems, GREEDY, batch_size=len(problems))
     timed["generate_s"] = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     record = {k: round(v, 4) for k, v in timed.items()}
     record.update(peak_rss_mb=round(peak), n=len(problems), precision=generator.precision, frozen=args.frozen)
     print(json.dumps({**record, "torch": torch.__version__}))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import sys
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -53,6 +54,15 @@ def keep_freed_memory(mmap_threshold: int = 512 << 20, trim_threshold: int = 1 <
     ok &= mallopt(_M_TRIM_THRESHOLD, trim_threshold) == 1
     ok &= mallopt(_M_TOP_PAD, 64 << 20) == 1
     return bool(ok)
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size so far, in MiB. ``getrusage``'s ``ru_maxrss`` is in KiB on Linux
+    but in bytes on macOS; read it only through here."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
 def cpu_fields(cpuinfo: str = "/proc/cpuinfo") -> dict[str, str]:

@@ -45,7 +45,7 @@ def _register_helper(name: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name in ("loss_cases", "polling", "toy_runs", "virtual_device"):
+for _name in ("loss_cases", "polling", "toy_runs", "virtual_device", "host_syncs"):  # in import order
     _register_helper(_name)
 
 

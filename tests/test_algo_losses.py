@@ -767,23 +767,73 @@ def test_live_rows_call_the_loss_once_change_nothing_and_need_no_is_own(monkeypa
     assert metrics["backward_rows_frac"] == pytest.approx(2 / 3)  # the row with A = 0 has no gradient
 
 
-def test_the_loss_syncs_with_the_host_twice_whatever_its_metrics(monkeypatch):
-    """``float()`` / ``bool()`` / ``.item()`` of a tensor is a device sync on a GPU; the loss makes two
-    (whether the mini-batch has own and cross rows) and returns its metrics as tensors."""
+# The loss's own two waits for the device: validate's finiteness check and whether there are own and cross
+# rows (its branches and metric keys depend on them). Everything else, the KL term included, stays on it.
+LOSS_SYNCS = {("_checks.py", "check_all_finite", "tolist"): 1, ("losses.py", "policy_loss", "tolist"): 1}
+
+
+@pytest.mark.parametrize("part", [False, True], ids=["mini-batch", "micro-batch share"])
+def test_the_loss_syncs_with_the_host_twice_whatever_its_metrics(part):
+    """A read of a device value on the host (``item``, ``bool``, ``tolist``) or an op whose output shape
+    depends on values (a boolean index, ``nonzero``) makes the host wait for a GPU (tests/host_syncs.py).
+    The loss, forward and backward, makes two and returns its metrics as tensors; ``metric_floats`` then
+    brings them over in one copy."""
+    from host_syncs import HostSyncs
+
     lengths = [3, 2, 4, 1]
     logits, tokens, mask = random_rows(lengths, seed=7)
     batch = MiniBatch(logp=logp_of(logits, tokens), mask=mask, adv=t([1.0, -1.0, 0.5, -0.5]),
                       old_mean_logp=t([-1.0] * 4), is_own=torch.tensor([True, True, False, False]),
-                      omega=t([1.0] * 4), ref_logp=logp_of(logits, tokens).detach() - 0.1)  # fmt: skip
-    syncs = []
-    for name in ("__bool__", "__float__", "item", "tolist"):
-        real = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda x, *a, _r=real, _n=name: syncs.append(_n) or _r(x, *a))
+                      omega=t([1.0] * 4), ref_logp=logp_of(logits, tokens).detach() - 0.1,
+                      n_total=6.0 if part else None, own_tokens=7.0 if part else None)  # fmt: skip
     for kind in ("hacpo", "naive", "sgt"):
-        syncs.clear()
-        _, metrics = policy_loss(batch, LossSpec(kind=kind, kl_beta=1e-3), 1)
-        assert len(syncs) <= 2, (kind, syncs)
+        fresh = replace(batch, logp=logp_of(logits, tokens))
+        with HostSyncs(everything_on_device=True) as hs:
+            loss, metrics = policy_loss(fresh, LossSpec(kind=kind, kl_beta=1e-3), 1)
+            loss.backward()
+        assert hs.counts() == LOSS_SYNCS, (kind, hs.report())
         assert all(isinstance(v, torch.Tensor) for k, v in metrics.items() if k not in ("rows", "cross_lo"))
-    monkeypatch.undo()
-    (floats,) = metric_floats([metrics])
-    assert all(isinstance(v, float) for v in floats.values()) and floats["own_rows"] == 2.0
+        with HostSyncs(everything_on_device=True) as hs:
+            (floats,) = metric_floats([metrics])
+        assert [s.op for s in hs.syncs] == ["copy to host"], hs.report()
+        assert all(isinstance(v, float) for v in floats.values()) and floats["own_rows"] == 2.0
+        assert list(floats) == list(metrics)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("seed", range(8))
+def test_the_kl_term_by_mask_arithmetic_equals_the_boolean_index_of_own_rows(dtype, seed):
+    """The KL term reads own rows by multiplying with their mask, not by indexing them out (a device sync
+    each). Its gradient is the same bit for bit; its value differs only by the summation order of the
+    reduction over more (zero) entries: a float32 ulp or two."""
+    g = torch.Generator().manual_seed(seed)
+    rows, width = int(torch.randint(2, 24, (1,), generator=g)), int(torch.randint(1, 200, (1,), generator=g))
+    logp = (-5 * torch.rand(rows, width, generator=g)).to(dtype).requires_grad_()
+    ref = (logp + 0.3 * torch.randn(rows, width, generator=g)).detach().to(dtype)
+    mask = torch.rand(rows, width, generator=g) < 0.8
+    own = (torch.rand(rows, generator=g) < 0.5) | (torch.arange(rows) == 0)
+    cross = ~own
+    old_mean = torch.full((rows,), -2.0, dtype=dtype)
+    spec = LossSpec(kind="hacpo", kl_beta=1.0, omega_in_loss=False)
+    for own_tokens in (None, 11.0):
+        batch = MiniBatch(logp=logp, mask=mask, adv=torch.zeros(rows, dtype=dtype), old_mean_logp=old_mean,
+                          is_own=own, ref_logp=ref, own_tokens=own_tokens)  # fmt: skip
+        _, metrics = policy_loss(batch, spec)
+        (grad,) = torch.autograd.grad(metrics["loss"].to(dtype) * 0 + _kl(batch, spec), logp)
+        if own_tokens is None:  # the formula as it was: the own rows indexed out
+            old = k3_kl(logp[own], ref[own], mask[own])
+        else:
+            r = (ref[own] - logp[own]).clamp(-20.0, 20.0)
+            old = ((torch.exp(r) - r - 1.0) * mask[own]).sum() / own_tokens
+        (old_grad,) = torch.autograd.grad(old, logp)
+        assert torch.equal(grad, old_grad)
+        tol = {torch.float64: 1e-14, torch.float32: 1e-6, torch.bfloat16: 1e-2}[dtype]
+        torch.testing.assert_close(metrics["kl"], old.detach().double(), rtol=tol, atol=0)
+        assert cross.any() or torch.equal(metrics["kl"], old.detach().double())
+
+
+def _kl(batch: MiniBatch, spec: LossSpec) -> torch.Tensor:
+    """The loss's KL term alone: its loss less the same loss with the KL off."""
+    with_kl, _ = policy_loss(batch, spec)
+    without, _ = policy_loss(batch, replace(spec, kl_beta=0.0))
+    return (with_kl - without) / spec.kl_beta

@@ -267,3 +267,60 @@ def test_both_engines_refuse_a_repeated_problem_id_before_training(split, tmp_pa
     with pytest.raises(ValueError, match=message):
         write_inputs(cfg, layout)
     assert not layout.prompts.exists()
+
+
+def test_phases_on_cuda_time_each_phase_s_own_gpu_work(monkeypatch):
+    """CUDA runs a kernel after its launch: a phase whose work is still queued when it ends must wait for it,
+    else its seconds land in whichever later phase first syncs (here ``update``, reading a scalar)."""
+    import time
+
+    queued, calls = [0.0], []
+
+    def synchronize(device=None):  # a fake GPU: syncing waits for the work launched so far
+        calls.append(device)
+        time.sleep(queued[0])
+        queued[0] = 0.0
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", synchronize)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 3 * 2**20)
+    dev = torch.device("cuda", 0)
+    phases = Phases(dev)
+    with phases("generate"):
+        queued[0] = 0.3  # launched, not done
+    with phases("update"):
+        torch.cuda.synchronize(dev)  # e.g. ``.item()`` of a loss
+    assert phases.total["generate"] >= 0.3 > phases.total["update"], dict(phases.total)
+    assert calls.count(dev) == 5 and phases.peak_mb == {"generate": 3.0, "update": 3.0}  # 2 per phase + 1
+    calls.clear()
+    with Phases(torch.device("cpu"))("generate"):  # nothing to wait for on the CPU
+        pass
+    assert calls == []
+
+
+@pytest.mark.parametrize(("platform", "unit"), [("linux", 2**10), ("darwin", 1)])
+def test_peak_rss_reads_getrusage_in_the_platform_s_unit(monkeypatch, platform, unit):
+    """``ru_maxrss`` is KiB on Linux and bytes on macOS: 512 MiB either way."""
+    import resource
+    import sys
+
+    from hacpo.hardware import peak_rss_mb
+
+    usage = type("Usage", (), {"ru_maxrss": 512 * 2**20 // unit})
+    monkeypatch.setattr(resource, "getrusage", lambda who: usage)
+    monkeypatch.setattr(sys, "platform", platform)
+    assert peak_rss_mb() == 512.0
+
+
+def test_ru_maxrss_is_read_only_through_peak_rss_mb():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    readers = [
+        str(p.relative_to(root))
+        for folder in ("hacpo", "benchmarks", "scripts", "workflow")
+        for p in (root / folder).rglob("*.py")
+        if "ru_maxrss" in p.read_text() and p != root / "hacpo" / "hardware.py"
+    ]
+    assert readers == [], "read ru_maxrss through hacpo.hardware.peak_rss_mb (its unit is the platform's)"

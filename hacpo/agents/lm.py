@@ -181,14 +181,18 @@ def token_logprobs(
     response_start: int,
     *,
     attention_mask: torch.Tensor | None = None,
+    padded: bool | None = None,
 ) -> torch.Tensor:
     """Log-probs ``[B, T - response_start]`` of tokens ``input_ids[:, response_start:]`` given their prefix.
 
     ``input_ids`` = left-padded prompt (common length ``response_start``) + right-padded response. Right
     padding needs no attention mask for a causal model; pass ``attention_mask`` when prompts are left-padded.
+    ``padded``: whether it masks any token, where the caller knows (None: read from it, a GPU sync).
     """
     pos = None
-    if attention_mask is not None and not bool(attention_mask.all()):
+    if padded is None:
+        padded = attention_mask is not None and not bool(attention_mask.all())
+    if attention_mask is not None and padded:
         pos = _positions(attention_mask)
     else:
         attention_mask = None
@@ -285,13 +289,17 @@ def encode_prompts(
     prompt_mask: torch.Tensor | None = None,
     keep_logits: int = 1,
     head: OutputHead | None = None,
+    padded: bool | None = None,
 ) -> EncodedPrompts:
     """Run left-padded prompts ``[P, Tp]`` once; ``prompt_mask`` marks real tokens (None: no padding).
     The last ``keep_logits`` positions are kept (the others' logits are never computed): as logits, or as
-    hidden states for ``head`` to project."""
+    hidden states for ``head`` to project. ``padded``: whether ``prompt_mask`` masks any token, where the
+    caller knows (None: read from the mask, a device sync on a GPU)."""
     from transformers import DynamicCache
 
-    padded = prompt_mask is not None and not bool(prompt_mask.all())
+    if padded is None:
+        padded = prompt_mask is not None and not bool(prompt_mask.all())
+    padded = padded and prompt_mask is not None
     cache = DynamicCache()
     tail = _forward(
         model,
@@ -380,6 +388,8 @@ class SharedPrefixes:
 
     Built under grad, :meth:`logprobs` can be called for several row subsets (e.g. a no-grad pass over
     some rows with ``detach=True``, then a grad pass over others) without encoding the prefixes again.
+    The inputs may stay on the host with ``device`` naming where the model runs (the local update's rows
+    do): the grouping runs there without a device sync (docs/design.md, "Host syncs").
     """
 
     def __init__(
@@ -391,41 +401,55 @@ class SharedPrefixes:
         *,
         prompt_mask: torch.Tensor | None = None,
         response_mask: torch.Tensor | None = None,
+        device: torch.device | str | None = None,
     ):
-        rows, width = response.shape
-        dev = response.device
-        self.model, self.response = model, response
+        # The grouping reads sizes as it goes (a depth search, group counts, widths): index arithmetic on a
+        # few rows, done on the host, where a read is no device sync. Host inputs then move to ``device``
+        # (default: ``response``'s) without waiting; inputs on a GPU come back once (one copy each).
+        dev = response.device if device is None else torch.device(device)
+        rows = response.shape[0]
         if response_mask is None:
             response_mask = torch.ones_like(response, dtype=torch.bool)
-        lengths = response_mask.sum(1)
-        self.row_group, self.shared = _group_by_prefix(prompt_index, response, lengths, prompt_ids.shape[1])
-        rep = torch.full((len(self.shared),), rows, device=dev)
-        rep.scatter_reduce_(0, self.row_group, torch.arange(rows, device=dev), "amin")  # a row per group
-        prompts = prompt_index[rep]
-        c_max = int(self.shared.max())
         if prompt_mask is None:
             prompt_mask = torch.ones_like(prompt_ids, dtype=torch.bool)
-        ext_ids, ext_mask = self._extended_prompts(
-            prompt_ids[prompts], prompt_mask[prompts], response[rep], c_max
+        index, resp, r_mask, p_ids, p_mask = (
+            t.cpu() for t in (prompt_index, response, response_mask, prompt_ids, prompt_mask)
         )
-        self.suffix_width = max(1, int((lengths - self.shared[self.row_group]).max()))
+        lengths = r_mask.sum(1)
+        row_group, shared = _group_by_prefix(index, resp, lengths, p_ids.shape[1])
+        rep = torch.full((len(shared),), rows)
+        rep.scatter_reduce_(0, row_group, torch.arange(rows), "amin")  # a row per group
+        prompts = index[rep]
+        c_max = int(shared.max())
+        ext_ids, ext_mask = self._extended_prompts(p_ids[prompts], p_mask[prompts], resp[rep], shared, c_max)
+        self.suffix_width = max(1, int((lengths - shared[row_group]).max()))
+        # log-probs of each group's shared tokens: token j is predicted by tail position c_max - c_g + j
+        at = ((c_max - shared)[:, None] + torch.arange(c_max)).clamp(max=c_max)
+
+        def to_dev(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dev, non_blocking=True)  # from pageable host memory: staged at once, no stream sync
+
+        self.model, self.response = model, to_dev(response)
+        self.row_group, self.shared = to_dev(row_group), to_dev(shared)
         # a big vocabulary: project hidden states in slices (hacpo.agents.vocab), not whole-batch logits
         head = head_for(model, max(len(rep) * (c_max + 1), rows * self.suffix_width))
-        self.encoded = encode_prompts(model, ext_ids, prompt_mask=ext_mask, keep_logits=c_max + 1, head=head)
-        # log-probs of each group's shared tokens: token j is predicted by tail position c_max - c_g + j
-        steps = torch.arange(c_max, device=dev)
-        at = ((c_max - self.shared)[:, None] + steps).clamp(max=c_max)
+        padded = not bool(ext_mask.all())  # read here, on the host
+        mask = to_dev(ext_mask) if padded else None
+        self.encoded = encode_prompts(
+            model, to_dev(ext_ids), prompt_mask=mask, keep_logits=c_max + 1, head=head, padded=padded
+        )
         tail = self.encoded.tail
-        pick = tail.gather(1, at[..., None].expand(-1, -1, tail.shape[-1]))
-        self.prefix_logp = _logprobs(pick, head, response[rep, :c_max])
+        pick = tail.gather(1, to_dev(at)[..., None].expand(-1, -1, tail.shape[-1]))
+        self.prefix_logp = _logprobs(pick, head, to_dev(resp[rep, :c_max]))
 
-    def _extended_prompts(self, prompt_ids, prompt_mask, heads, c_max):
+    @staticmethod
+    def _extended_prompts(prompt_ids, prompt_mask, heads, shared, c_max):
         """Each group's prompt followed by its shared response prefix, left-padded to a common length."""
         n_groups, tp = prompt_ids.shape
         length = tp + c_max
         cols = torch.arange(length, device=prompt_ids.device)[None, :]
-        p_col = cols - (c_max - self.shared)[:, None]  # column within the prompt
-        r_col = cols - (length - self.shared)[:, None]  # column within the shared prefix
+        p_col = cols - (c_max - shared)[:, None]  # column within the prompt
+        r_col = cols - (length - shared)[:, None]  # column within the shared prefix
         in_prompt, in_prefix = (p_col >= 0) & (p_col < tp), r_col >= 0
         p_ids = prompt_ids.gather(1, p_col.clamp(0, tp - 1))
         r_ids = heads.gather(1, r_col.clamp(0, heads.shape[1] - 1))

@@ -205,11 +205,15 @@ def metric_floats(metrics: list[Metrics]) -> list[dict[str, float]]:
     """Loss metrics as Python floats, every tensor of every dict moved to the host in one transfer: an
     engine calls it once per step (on a GPU each ``float(tensor)`` would be a device sync)."""
     keys = [(i, k) for i, d in enumerate(metrics) for k, v in d.items() if isinstance(v, torch.Tensor)]
-    values = torch.stack([metrics[i][k].detach().double().cpu() for i, k in keys]).tolist() if keys else []
-    out = [{k: float(v) for k, v in d.items()} for d in metrics]
-    for (i, k), v in zip(keys, values, strict=True):
-        out[i][k] = v
-    return out
+    out = [{k: float(v) for k, v in d.items() if not isinstance(v, torch.Tensor)} for d in metrics]
+    by_device: dict[torch.device, list[tuple[int, str]]] = {}
+    for i, k in keys:  # stacked where they are, so each device's values come over in one copy
+        by_device.setdefault(metrics[i][k].device, []).append((i, k))
+    for at in by_device.values():
+        values = torch.stack([metrics[i][k].detach().double() for i, k in at]).cpu().tolist()
+        for (i, k), v in zip(at, values, strict=True):
+            out[i][k] = v
+    return [{k: d[k] for k in m} for d, m in zip(out, metrics, strict=True)]  # the metrics' own key order
 
 
 def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Tensor, Metrics]:
@@ -299,11 +303,12 @@ def policy_loss(batch: MiniBatch, spec: LossSpec, m: int = 0) -> tuple[torch.Ten
 
     loss = pg
     if spec.kl_beta > 0 and batch.ref_logp is not None and has_own:
+        own_mask = batch.mask * own[:, None]  # own rows by arithmetic: a boolean index is a device sync
         if batch.own_tokens is None:
-            kl = k3_kl(batch.logp[own], batch.ref_logp[own], batch.mask[own])
+            kl = k3_kl(batch.logp, batch.ref_logp, own_mask)
         else:  # this part's share of the mini-batch's token mean
-            k3 = k3_kl_tokens(batch.logp[own], batch.ref_logp[own])
-            kl = (k3 * batch.mask[own]).sum() / batch.own_tokens
+            k3 = k3_kl_tokens(batch.logp, batch.ref_logp)
+            kl = (k3 * own_mask).sum() / batch.own_tokens
         loss = loss + spec.kl_beta * kl
         metrics["kl"] = kl.detach().double()
     metrics["pg_loss"] = pg.detach().double()

@@ -15,9 +15,10 @@ from contextlib import contextmanager
 class Phases:
     """Accumulated seconds per phase: ``with phases("generate"): ...``.
 
-    With a CUDA ``device``, also each phase's peak of allocated GPU memory (``peak_mb``, MiB): the allocator's
-    peak is reset when a phase starts and read when it ends, so ``max(peak_mb.values())`` is the run's peak.
-    Phases are not nested.
+    With a CUDA ``device``, the device is synchronised where a phase starts and ends, so its seconds hold its
+    own GPU work (CUDA runs kernels after their launch); and each phase's peak of allocated GPU memory is kept
+    (``peak_mb``, MiB): the allocator's peak is reset when a phase starts and read when it ends, so
+    ``max(peak_mb.values())`` is the run's peak. Phases are not nested.
     """
 
     def __init__(self, device=None) -> None:
@@ -30,11 +31,16 @@ class Phases:
         if self.device is not None:
             import torch
 
+            # CUDA runs kernels after their launch: without a sync at each boundary a phase's GPU work is
+            # timed in whichever later phase first waits for it
+            torch.cuda.synchronize(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
         t0 = time.perf_counter()
         try:
             yield
         finally:
+            if self.device is not None:
+                torch.cuda.synchronize(self.device)
             self.total[name] += time.perf_counter() - t0
             if self.device is not None:
                 peak = torch.cuda.max_memory_allocated(self.device) / 2**20

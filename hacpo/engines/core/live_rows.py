@@ -38,9 +38,10 @@ def policy_loss_live_rows(
     probe = (batch.adv == 0) & ~kl_reads  # no gradient whatever the weights
     if spec.kind == "hacpo" and spec.cross_clip != "none":
         probe = probe | ~own
-    if not (skip_dead_rows and spec.kind != "grpo" and bool(probe.any())):
+    # the rows to probe, and whether there are any, from one device sync (their count sizes the probe)
+    probe_rows = torch.nonzero(probe).flatten() if skip_dead_rows and spec.kind != "grpo" else probe[:0]
+    if not len(probe_rows):
         return losses.policy_loss(dataclasses.replace(batch, logp=logprobs(None, False)), spec, m)
-    probe_rows = torch.nonzero(probe).flatten()
     with torch.no_grad():
         logp_probe = logprobs(probe_rows, True)
     mean_probe = seq_mean_logp(logp_probe, batch.mask[probe_rows])

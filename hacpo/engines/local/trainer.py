@@ -20,7 +20,6 @@ same machine and threads).
 from __future__ import annotations
 
 import contextlib
-import resource
 import time
 from pathlib import Path
 
@@ -49,7 +48,7 @@ from hacpo.engines import core
 from hacpo.engines.core import AgentRollouts, RunLoop
 from hacpo.engines.core.schedule import batch_for_step, read_problems  # noqa: F401 (old import path)
 from hacpo.engines.phases import Phases
-from hacpo.hardware import keep_freed_memory, resolve_precision, return_freed_memory
+from hacpo.hardware import keep_freed_memory, peak_rss_mb, resolve_precision, return_freed_memory
 from hacpo.reward import Scorer
 from hacpo.runio import Profile, RunRecord, run_lock
 
@@ -305,7 +304,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
             phase_s=self.phase.snapshot(),
             generated_tokens=self.gen_tokens,
             tokens_per_s=self.gen_tokens / max(self.phase.total["generate"], 1e-9),
-            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            peak_rss_mb=peak_rss_mb(),
             peak_gpu_mem_mb=self.phase.peak_gpu_mb(),
             gpu_total_mb=torch.cuda.get_device_properties(self.device).total_memory / 2**20
             if self.device.type == "cuda"
@@ -364,7 +363,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
         pass  # the generator samples from the weights the update changed
 
     def step_extras(self) -> dict[str, float]:
-        extras = {"mem/peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+        extras = {"mem/peak_rss_mb": peak_rss_mb()}
         if self.device.type == "cuda":  # the run's peak so far, over every phase
             extras["mem/peak_gpu_mb"] = self.phase.peak_gpu_mb()
         if self.scorer.verifier is not None:  # items a custom verifier failed on, so far (each logged)

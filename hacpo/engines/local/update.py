@@ -110,44 +110,50 @@ class UpdateMixin:
         width = max(1, int(resp_mask.sum(1).max()))
         resp = rows.response[idx, :width]
         dev = self.device
+
+        def to_dev(t: torch.Tensor) -> torch.Tensor:
+            return t.to(dev, non_blocking=True)  # from pageable host memory: staged at once, no stream sync
+
         batch = MiniBatch(
             logp=torch.empty(0),
-            mask=resp_mask[:, :width].to(dev),
-            adv=rows.adv[idx].to(dev),
-            old_mean_logp=rows.old_mean_logp[idx].to(dev),
-            is_own=rows.is_own[idx].to(dev),
-            omega=rows.omega[idx].to(dev),
-            old_logp=rows.old_logp[idx, :width].to(dev),
-            ref_logp=rows.ref_logp[idx, :width].to(dev),
+            mask=to_dev(resp_mask[:, :width]),
+            adv=to_dev(rows.adv[idx]),
+            old_mean_logp=to_dev(rows.old_mean_logp[idx]),
+            is_own=to_dev(rows.is_own[idx]),
+            omega=to_dev(rows.omega[idx]),
+            old_logp=to_dev(rows.old_logp[idx, :width]),
+            ref_logp=to_dev(rows.ref_logp[idx, :width]),
             n_total=whole[0] if whole else None,
             own_tokens=whole[1] if whole else None,
         )
         with self.autocast():
-            return self._minibatch_loss(learner, batch, rows.prompt_index[idx], resp, p_ids, p_mask, m)
+            index = rows.prompt_index[idx]
+            return self._minibatch_loss(learner, batch, index, resp, p_ids, p_mask, m, resp_mask[:, :width])
 
     def _shared(self, learner: Agent, prompt_index, resp, resp_mask, p_ids, p_mask) -> SharedPrefixes:
         """The rows' prompts and shared response prefixes, encoded once for every pass over these rows."""
         prompts, rows = torch.unique(prompt_index, return_inverse=True)
-        dev = self.device
-        return SharedPrefixes(
+        return SharedPrefixes(  # host tensors: it groups them there and moves them itself (no device sync)
             learner.model,
-            p_ids[prompts].to(dev),
-            rows.to(dev),
-            resp.to(dev),
-            prompt_mask=p_mask[prompts].to(dev),
-            response_mask=resp_mask.to(dev),
+            p_ids[prompts],
+            rows,
+            resp,
+            prompt_mask=p_mask[prompts],
+            response_mask=resp_mask,
+            device=self.device,
         )
 
-    def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m: int):
+    def _minibatch_loss(self, learner, batch: MiniBatch, prompt_index, resp, p_ids, p_mask, m, mask=None):
         """Loss of one mini-batch (:func:`~hacpo.engines.core.live_rows.policy_loss_live_rows`: with
         ``skip_dead_rows``, no backward for HACPO cross rows whose clamp is flat; exact). Every pass over
         these rows reuses one encoding of their prompts and shared response prefixes; with
         ``gradient_checkpointing`` each pass is a plain forward over prompt + response instead (activation
-        recomputation needs no KV cache)."""
+        recomputation needs no KV cache). ``mask``: ``batch.mask`` on the host (default: copied there)."""
         if self.cfg.gradient_checkpointing:
             logprobs = self._plain_logprobs(learner, prompt_index, resp, p_ids, p_mask)
         else:
-            shared = self._shared(learner, prompt_index, resp, batch.mask, p_ids, p_mask)
+            mask = batch.mask.cpu() if mask is None else mask
+            shared = self._shared(learner, prompt_index, resp, mask, p_ids, p_mask)
 
             def logprobs(rows, detach):
                 return shared.logprobs(rows, detach=detach)
@@ -164,9 +170,11 @@ class UpdateMixin:
         def logprobs(rows, detach):
             sel = torch.arange(resp.shape[0]) if rows is None else rows.cpu()
             pid = prompt_index[sel]
-            ids = torch.cat([p_ids[pid], resp[sel]], dim=1).to(dev)
-            attn = torch.cat([p_mask[pid], torch.ones_like(resp[sel], dtype=torch.bool)], dim=1).to(dev)
+            ids = torch.cat([p_ids[pid], resp[sel]], dim=1).to(dev, non_blocking=True)
+            attn = torch.cat([p_mask[pid], torch.ones_like(resp[sel], dtype=torch.bool)], dim=1)
+            padded = not bool(attn.all())  # read here, on the host
+            attn = attn.to(dev, non_blocking=True)
             with torch.no_grad() if detach else contextlib.nullcontext():
-                return token_logprobs(learner.model, ids, p_ids.shape[1], attention_mask=attn)
+                return token_logprobs(learner.model, ids, p_ids.shape[1], attention_mask=attn, padded=padded)
 
         return logprobs
