@@ -19,7 +19,7 @@ ROOT = PACKAGE.parent
 # package's own __init__ only.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("base", ("hacpo", "hacpo.runio", "hacpo.checkpoints", "hacpo.provenance", "hacpo.hardware", "hacpo.cpu",
-              "hacpo.lifecycle", "hacpo.engine_options")),
+              "hacpo.lifecycle", "hacpo.engine_options", "hacpo.validation")),
     ("algo", ("hacpo.algo",)),
     ("domain", ("hacpo.agents", "hacpo.reward", "hacpo.data")),
     ("run config", ("hacpo.config", "hacpo.specs")),
