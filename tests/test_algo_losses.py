@@ -713,7 +713,7 @@ def test_minibatch_bad_input(over, match):
 def test_live_rows_skip_zero_advantage_rows_exactly_when_no_kl_reads_them(kind, beta):
     """A row with A = 0 has no gradient unless the KL term reads it (own rows, β > 0): with β = 0 it gets
     only a no-grad pass (for the metrics), and loss, gradient and metrics equal the full batch's."""
-    from hacpo.algo import policy_loss_live_rows
+    from hacpo.engines.core.live_rows import policy_loss_live_rows
 
     lengths = [3, 2, 4, 1, 5, 2]
     logits, tokens, mask = random_rows(lengths, seed=3)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 import yaml
 
 from hacpo.cli import main
+from hacpo.config import TrainConfig
 from hacpo.eval.metrics import pass_at_k, summarize
 
 
@@ -214,3 +216,55 @@ def test_version_is_the_packages_and_the_changelogs(capsys):
     assert done.value.code == 0 and capsys.readouterr().out.strip() == f"hacpo {hacpo.__version__}"
     assert f'version = "{hacpo.__version__}"' in (root / "pyproject.toml").read_text()
     assert f"## [{hacpo.__version__}]" in (root / "CHANGELOG.md").read_text()
+
+
+def _run_config(tmp_path, **keys) -> str:
+    cfg = {"method": "grpo", "agents": [{"name": "a", "path": str(tmp_path / "agent")}],
+           "train_file": str(tmp_path / "train.jsonl"), "out_dir": str(tmp_path / "run"), **keys}  # fmt: skip
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    return str(tmp_path / "run.yaml")
+
+
+def test_an_error_is_one_line_naming_debug_which_shows_the_traceback(monkeypatch, capsys):
+    from hacpo import cli
+
+    def broken(args):
+        raise ValueError("an internal slip")
+
+    monkeypatch.setattr(cli, "cmd_methods", broken)
+    monkeypatch.delenv("HACPO_WORKER", raising=False)
+    monkeypatch.delenv("HACPO_DEBUG", raising=False)
+    assert main(["methods"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "an internal slip" in err and "hacpo --debug methods" in err
+    with pytest.raises(ValueError, match="an internal slip"):
+        main(["--debug", "methods"])
+    monkeypatch.setenv("HACPO_DEBUG", "1")
+    with pytest.raises(ValueError, match="an internal slip"):
+        main(["methods"])
+
+
+def test_a_config_typo_names_the_closest_key_at_any_depth(tmp_path, capsys):
+    config = _run_config(tmp_path, lrr=1e-5, openrlhf={"gpus_per_nod": 4}, logging={"wandb": {"projet": "x"}})
+    assert main(["train", config]) == 2
+    err = capsys.readouterr().err
+    assert "lrr: Extra inputs are not permitted (did you mean lr?)" in err
+    assert "openrlhf.gpus_per_nod: Extra inputs are not permitted (did you mean gpus_per_node?)" in err
+    assert "logging.wandb.projet: Extra inputs are not permitted (did you mean project?)" in err
+    from hacpo.pipeline.config import ConfigError, load_pipeline_config
+
+    with pytest.raises(ConfigError, match=r"resultz_dir: Extra inputs .* \(did you mean results_dir\?\)"):
+        load_pipeline_config({"resultz_dir": "x"})
+
+
+def test_set_null_gives_a_key_its_default(tmp_path, monkeypatch, capsys):
+    from hacpo.engines import local
+
+    seen = []
+    run = SimpleNamespace(status="complete", step=0)
+    monkeypatch.setattr(local, "train", lambda cfg: seen.append(cfg) or run)
+    config = _run_config(tmp_path, lr=0.5, seed=7)
+    assert main(["train", config, "--set", "lr=null", "--set", "seed=3"]) == 0
+    assert seen[-1].lr == TrainConfig.model_fields["lr"].default and seen[-1].seed == 3
+    assert main(["train", config, "--set", "lrr=null"]) == 2
+    assert "lrr: not a run config key, nothing to unset (did you mean lr?)" in capsys.readouterr().err

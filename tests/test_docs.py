@@ -15,6 +15,7 @@ from html import unescape
 from pathlib import Path
 
 import pytest
+from required import missing
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -73,10 +74,8 @@ def test_docs_figures_names_what_is_missing(tmp_path, monkeypatch, capsys):
 def site(tmp_path_factory) -> Path:
     """The documentation site, built with ``mkdocs build --strict`` (a warning fails the build)."""
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("mkdocstrings") is None:
-        fix = "the documentation site needs the docs extra: EXTRAS=dev,docs bash scripts/setup_env.sh"
-        if os.environ.get("HACPO_REQUIRE_DOCS") == "1":
-            pytest.fail(f"HACPO_REQUIRE_DOCS=1, but {fix}")
-        pytest.skip(fix)
+        missing("HACPO_REQUIRE_DOCS", "the documentation site needs the docs extra",
+                "EXTRAS=dev,docs bash scripts/setup_env.sh")  # fmt: skip
     where = tmp_path_factory.mktemp("site")
     out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(where)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600,
@@ -120,7 +119,7 @@ def test_the_site_reads_offline_and_katex_renders_every_equation(site):
     assert len(items) > 20  # the algorithm page's equations, at least
     node = shutil.which("node")
     if node is None:
-        pytest.skip("node is not installed: the equations' KaTeX check needs it")
+        missing("HACPO_REQUIRE_DOCS", "node is not installed", "the equations' KaTeX check needs Node.js")
     katex = ROOT / "docs" / "javascripts" / "vendor" / "katex" / "katex.min.js"
     out = subprocess.run([node, "-e", KATEX_CHECK, str(katex)], input=json.dumps(items), capture_output=True,
                          text=True, timeout=120, check=True)  # fmt: skip

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from hacpo.config import RunLogging, TrainConfig
+from hacpo.engine_options import OpenRLHFOptions
 from hacpo.engines.openrlhf.command import (
     Layout,
     build_command,
@@ -25,7 +26,6 @@ from hacpo.engines.openrlhf.command import (
     reward_file,
     wandb_env,
 )
-from hacpo.engines.openrlhf.options import OpenRLHFOptions
 from hacpo.pipeline import Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -183,7 +183,7 @@ def test_runtime_options_never_change_a_runs_identity():
 
 
 def test_prompt_file_order_is_the_local_engines_batches():
-    from hacpo.engines.local.trainer import batch_for_step
+    from hacpo.engines.core.schedule import batch_for_step
 
     cfg = paper_run("gspo", steps=150)
     order = prompt_order(7500, cfg)

@@ -210,7 +210,7 @@ def test_a_runtime_option_changes_no_runs_identity(name, option):
     cfg = copy.deepcopy(CONFIGS[name])
     if option == "openrlhf":  # the GPU engine's placement, memory modes and trackers
         cfg["openrlhf"] = {**cfg.get("openrlhf", {}), "vllm_gpu_memory_utilization": 0.3}
-        cfg["openrlhf"] |= {"micro_train_batch_size": 1, "tensorboard": False}
+        cfg["openrlhf"] |= {"micro_train_batch_size": 1}
     else:
         cfg["training"] = {**cfg.get("training", {}), option: RUNTIME_VALUES[option]}
     before = pipe(name)

@@ -426,8 +426,8 @@ def test_a_verifier_reaches_openrlhfs_reward_function(tmp_path, toy_data, small_
     import importlib.util
     import json
 
+    from hacpo.engine_options import OpenRLHFOptions
     from hacpo.engines.openrlhf.command import Layout, reward_file
-    from hacpo.engines.openrlhf.options import OpenRLHFOptions
     from hacpo.engines.openrlhf.runner import reward_env, train, write_inputs
     from hacpo.reward.custom import decode_label
 
@@ -641,8 +641,8 @@ def test_the_openrlhf_runner_stops_a_job_whose_engine_wrote_the_verifier_stop(tm
 def test_the_first_batch_stop_is_set_for_a_fresh_run_with_a_verifier_only(tmp_path, small_agent):
     """The rule's size: the first step's samples one engine gets at least; none for built-in rewards or a
     resumed run (its first step passed); a previous launch's stop file is removed."""
+    from hacpo.engine_options import OpenRLHFOptions
     from hacpo.engines.openrlhf.command import Layout
-    from hacpo.engines.openrlhf.options import OpenRLHFOptions
     from hacpo.engines.openrlhf.runner import verifier_stop_env
 
     layout = Layout(tmp_path / "run")

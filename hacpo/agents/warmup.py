@@ -19,9 +19,10 @@ from pathlib import Path
 
 import torch
 
+from hacpo.agents import sft as _sft
 from hacpo.agents.formats import ANSWER_FORMS, few_shot_answer
 from hacpo.agents.models import AgentArch, build_model, param_count
-from hacpo.agents.sft import SftRecipe, answer_ids, data_digest, sft
+from hacpo.agents.sft import SftRecipe
 from hacpo.agents.tokenizers import build_tokenizer, tokenizer_fingerprint
 from hacpo.data.synthetic import Problem, solution_text
 from hacpo.hardware import keep_freed_memory
@@ -72,7 +73,7 @@ def build_agent(
     dev = list(splits["dev"])[: spec.n_dev]
     if not train or not dev:
         raise ValueError(f"warm-up needs non-empty train and dev splits (got {len(train)} / {len(dev)})")
-    spec_hash, digest = spec.spec_hash(), data_digest(train, dev)
+    spec_hash, digest = spec.spec_hash(), _sft.data_digest(train, dev)
     meta = _read_meta(out_dir)
     if meta is not None and meta.get("spec_hash") == spec_hash and meta.get("data_digest") == digest:
         return {**meta, "path": str(out_dir), "cached": True}
@@ -80,8 +81,10 @@ def build_agent(
     t0 = time.perf_counter()
     tok = build_tokenizer(spec.tokenizer)
     model = build_model(spec.arch, tok, spec.seed).to(device)
-    max_new = spec.max_new_tokens or max(len(answer_ids(tok, p, spec.style)) for p in dev) + 2
-    step, curve = sft(model, tok, train, dev, spec, lambda p: answer_ids(tok, p, spec.style), max_new)
+    max_new = spec.max_new_tokens or max(len(_sft.answer_ids(tok, p, spec.style)) for p in dev) + 2
+    step, curve = _sft.sft(
+        model, tok, train, dev, spec, lambda p: _sft.answer_ids(tok, p, spec.style), max_new
+    )
     wall = time.perf_counter() - t0
 
     import transformers
@@ -209,7 +212,7 @@ def warm_model(
             k: base_manifest.get(k) for k in ("source_sha256", "prompt_format", "importer_version", "warmup")
         },
         "spec_hash": spec.spec_hash(),
-        "data_digest": data_digest(train, dev),
+        "data_digest": _sft.data_digest(train, dev),
     }
     try:
         stored = json.loads((out_dir / MANIFEST).read_text())
@@ -232,7 +235,9 @@ def warm_model(
         return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
     torch.manual_seed(spec.seed)
-    steps, curve = sft(model, tok, train, dev, spec, answer_of, spec.max_new_tokens, autocast, sliced=True)
+    steps, curve = _sft.sft(
+        model, tok, train, dev, spec, answer_of, spec.max_new_tokens, autocast, sliced=True
+    )
     import transformers
 
     warmup = {
@@ -323,12 +328,10 @@ def load_agent(out_dir: str | os.PathLike):
 
 
 def __getattr__(name: str):
-    if name in ("sft_loss", "sft_batch"):  # moved in 0.2.0; the alias goes in 0.3.0
+    if name in ("sft", "sft_loss", "sft_batch", "answer_ids", "data_digest"):  # moved in 0.2.0; gone in 0.3.0
         import warnings
 
-        from hacpo.agents import sft as moved
-
-        message = f"hacpo.agents.warmup.{name} is now hacpo.agents.sft.{name}"
+        message = f"hacpo.agents.warmup.{name} is now hacpo.agents.sft.{name} (deprecated)"
         warnings.warn(message, DeprecationWarning, stacklevel=2)
-        return getattr(moved, name)
+        return getattr(_sft, name)
     raise AttributeError(f"module 'hacpo.agents.warmup' has no attribute {name!r}")

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, model_validator
 from hacpo.algo import get_method
 from hacpo.config import RunLogging
 from hacpo.engine_options import OpenRLHFOptions
+from hacpo.validation import problem_lines
 
 from .agents_config import *  # noqa: F403 (the schema's parts, read from here too)
 from .agents_config import CheckedTrainOverrides, MethodEntry, Model, Pair
@@ -230,11 +231,7 @@ def alpha_variant(alpha: float) -> str:
 
 def _format(err: ValidationError) -> str:
     lines = []
-    for e in err.errors():
-        loc = ".".join(
-            str(x) for x in e["loc"] if not str(x).endswith("Table]") and "function-" not in str(x)
-        )
-        msg = e["msg"].removeprefix("Value error, ")
+    for loc, msg in problem_lines(PipelineConfig, err):
         lines.extend(f"  {loc + ': ' if loc else ''}{line}" for line in msg.splitlines())
     return "\n".join(lines)
 

@@ -6,9 +6,8 @@
 from __future__ import annotations
 
 import importlib
-import os
 
-import pytest
+from required import missing  # tests/required.py (tests/conftest.py registers it)
 
 NEEDS = (
     "needs the real stack (openrlhf 0.11.2, vllm 0.29.0): bash scripts/setup_rehearsal.sh, then "
@@ -23,10 +22,7 @@ def require(*modules: str) -> None:
         try:
             importlib.import_module(name)
         except ImportError as err:
-            if os.environ.get("HACPO_REQUIRE_REAL_STACK") == "1":
-                why = f"HACPO_REQUIRE_REAL_STACK=1 but {name} does not import ({err}); {NEEDS}"
-                pytest.fail(why, pytrace=False)
-            pytest.skip(f"{name} does not import: {NEEDS}", allow_module_level=True)
+            missing("HACPO_REQUIRE_REAL_STACK", f"{name} does not import ({err})", NEEDS, module_level=True)
 
 
 def toy_joint_config(agents: dict, data, out_dir, **over):

@@ -15,6 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from real_stack import require  # noqa: E402
+from required import missing  # noqa: E402
 
 require("openrlhf", "vllm")
 
@@ -89,9 +90,11 @@ def real_rehearsal() -> Path:
     """The joint HACPO run of config/rehearsal-real.yaml's rehearsal (CI: HACPO_REAL_REHEARSAL_DIR)."""
     where = os.environ.get("HACPO_REAL_REHEARSAL_DIR")
     if not where:
-        pytest.skip(
+        missing(
+            "HACPO_REQUIRE_REAL_STACK",
+            "HACPO_REAL_REHEARSAL_DIR is not set",
             "set HACPO_REAL_REHEARSAL_DIR=results/rehearsal-real after `bash scripts/rehearse.sh "
-            "--configfile config/rehearsal-real.yaml --gpus 1` (CI runs its joint part)"
+            "--configfile config/rehearsal-real.yaml --gpus 1` (CI runs its joint part)",
         )
     run = Path(where) / "runs" / "joint" / "real" / "hacpo" / "seed0"
     assert (run / "run.json").is_file(), f"no joint run in {where}: the rehearsal did not run it"

@@ -295,7 +295,7 @@ def test_a_verifier_hanging_on_one_prompt_of_a_joint_step_costs_about_its_budget
     parallel, under the step's budget of two deadlines, split over the two agents' engines): the step
     completes, each hanging item is scored 0 and counted (``verifier/timed_out``, ``verifier/failed``), and
     the verifier's time is about the step's budget (seconds more for each later batch once it is spent)."""
-    from hacpo.engines.local.trainer import batch_for_step, read_problems
+    from hacpo.engines.core.schedule import batch_for_step, read_problems
     from hacpo.engines.openrlhf.runner import train
     from hacpo.runio import read_jsonl
 

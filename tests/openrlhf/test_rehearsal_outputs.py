@@ -5,7 +5,7 @@ of the OpenRLHF engine behind Tables 7 and 8, and the report.
 
 Set HACPO_REHEARSAL_DIR to the rehearsal's results folder (CI: results/rehearsal-ci, after the rehearsal;
 the tests run in the checkout it ran in); skipped otherwise (the rehearsal itself is what runs the stack,
-minutes of it).
+minutes of it), and failed where HACPO_REQUIRE_REAL_STACK=1.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from required import missing  # tests/required.py (tests/conftest.py registers it)
 
 ROOT = Path(__file__).resolve().parents[2]
 WHERE = os.environ.get("HACPO_REHEARSAL_DIR")
-pytestmark = pytest.mark.skipif(
-    not WHERE, reason="set HACPO_REHEARSAL_DIR to a finished rehearsal (CI does, after scripts/rehearse.sh)"
-)
+if not WHERE:
+    missing("HACPO_REQUIRE_REAL_STACK", "HACPO_REHEARSAL_DIR is not set",
+            "set HACPO_REHEARSAL_DIR to a finished rehearsal's results folder (CI: results/rehearsal-ci, "
+            "after scripts/rehearse.sh)", module_level=True)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

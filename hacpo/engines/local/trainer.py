@@ -45,8 +45,7 @@ from hacpo.checkpoints import keep_final_weights
 from hacpo.config import TrainConfig
 from hacpo.data.synthetic import as_problem
 from hacpo.engines import core
-from hacpo.engines.core import AgentRollouts, RunLoop
-from hacpo.engines.core.schedule import batch_for_step, read_problems  # noqa: F401 (old import path)
+from hacpo.engines.core import AgentRollouts, RunLoop, schedule
 from hacpo.engines.phases import Phases
 from hacpo.hardware import keep_freed_memory, peak_rss_mb, resolve_precision, return_freed_memory
 from hacpo.reward import Scorer
@@ -77,8 +76,8 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
             self.device = torch.device(cfg.device)
         torch.set_num_threads(cfg.threads)
         self.precision = self._precision()
-        self.problems = read_problems(cfg.train_file)
-        val = read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
+        self.problems = schedule.read_problems(cfg.train_file)
+        val = schedule.read_problems(cfg.val_file)[: cfg.val_size] if cfg.val_file and cfg.val_size else []
         self.val = [as_problem(p) for p in val]  # greedy validation problems
         torch.manual_seed(cfg.seed)
         with_ref = self.spec.kl_beta > 0
@@ -324,7 +323,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
     def train_step(self, step: int) -> core.StepResult:
         """One step (:func:`hacpo.engines.core.train_step`) on this step's prompt batch."""
         cfg = self.cfg
-        idx = batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
+        idx = schedule.batch_for_step(len(self.problems), cfg.prompts_per_step, step, cfg.seed)
         samples = cfg.group_size * self.method.rollout_multiplier
         names, problems = [a.name for a in self.agents], [self.problems[i] for i in idx]
         self.scorer.new_step()  # a custom verifier's retry budget is per step
@@ -398,3 +397,13 @@ def train(cfg: TrainConfig) -> RunRecord:
     cfg.logging.check_environment()
     keep_freed_memory()
     return LocalTrainer(cfg).train()
+
+
+def __getattr__(name: str):
+    if name in ("read_problems", "batch_for_step"):  # moved in 0.2.0; the old path goes in 0.3.0
+        import warnings
+
+        message = f"hacpo.engines.local.trainer.{name} is now hacpo.engines.core.schedule.{name} (deprecated)"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        return getattr(schedule, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,8 @@
 ``train_ppo_ray``, joint methods through HACPO's driver over one OpenRLHF stack per agent (:mod:`.joint`),
 both writing the same run directory as the local engine.
 
-- :mod:`.options` — typed GPU/memory/logging options (the ``openrlhf:`` config section);
+- :mod:`hacpo.engine_options` (outside this package: the run config reads it) — typed GPU/memory/logging
+  options (the ``openrlhf:`` config section);
 - :mod:`.command` — a run → one ``train_ppo_ray`` command line (pure, tested against OpenRLHF's parser);
 - :mod:`.reward_func` — the ``--reward.remote_url`` file: our reward, bounded, never raising;
 - :mod:`.logs` — OpenRLHF's TensorBoard scalars → ``metrics.jsonl`` / ``validation.jsonl``;
