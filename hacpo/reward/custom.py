@@ -223,10 +223,10 @@ def verifier_job(spec: dict):
 # Processes that retry a failed batch's items in parallel, at most one a CPU: a slow item that computes
 # must not be slowed past its deadline by others beside it
 RETRY_WORKERS = min(8, os.cpu_count() or 1)
-# A retried item still running after RETRY_STALL_S and waiting (off the CPU) is taken for hanging: a spare
-# process (up to RETRY_SPARES at once) serves the queue beside it, so the good items are scored while the
-# hanging ones wait out their deadline together
-RETRY_SPARES, RETRY_STALL_S = 32, 1.0
+# A retried item still running after RETRY_STALL_S and waiting (off the CPU: hanging, or a slow verifier
+# that waits on a solver or a service) gets a spare process beside it (up to RETRY_SPARES at once) serving
+# the queue, so the good items are scored while the hanging ones wait out their deadline together
+RETRY_SPARES, RETRY_STALL_S = 32, 0.25
 
 
 class VerifierRunner:
