@@ -166,3 +166,17 @@ def test_a_verifiers_detailed_scores_and_the_engine_agreement_pass_each_records_
     problems = [{"id": "a", "answer": "3", "metadata": {"credit": 0.25}}, {"id": "b", "answer": "5"}]
     answers = {"local": ["answer: 3", "answer: 5"], "vllm": ["answer: 3", "answer: 4"]}
     assert score_answers(answers, problems, reward) == {"local": [0.25, 1.0], "vllm": [0.25, 0.0]}
+
+
+def test_rescoring_an_audit_whose_verifier_is_gone_says_how_to_name_one(tmp_path):
+    from hacpo.reward import VerifierError
+
+    samples = tmp_path / "b.samples.jsonl"
+    gone = {"file": str(tmp_path / "gone.py"), "name": "verify", "sha256": "0" * 64}
+    row = {"id": "p1", "sample": 0, "response": r"\boxed{12}", "correct": True, "verifier": gone}
+    samples.write_text(json.dumps(row) + "\n")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"id": "p1", "problem": "x", "answer": "12"}) + "\n")
+    with pytest.raises(VerifierError, match=r"b\.samples\.jsonl: cannot load its verifier.*--reward"):
+        rescore(samples, bench, tmp_path / "o.json")
+    assert rescore(samples, bench, tmp_path / "o.json", reward="math_verify")["accuracy"] == 1.0

@@ -8,7 +8,7 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from hacpo.reward import REWARDS, CustomReward, Scorer, extract_boxed
+from hacpo.reward import REWARDS, CustomReward, Scorer, VerifierError, extract_boxed
 from hacpo.runio import RunRecord, atomic_write_json, atomic_write_text, run_lock, sweep_temporaries
 
 from .metrics import summarize
@@ -278,8 +278,13 @@ def rescore(
                          f"{samples} records")  # fmt: skip
         recorded, source = verifier_record(reward), "argument"
     use = _loadable(recorded)
+    try:
+        verifier = verifier_record(use)
+    except VerifierError as err:
+        raise VerifierError(f"{samples}: cannot load its verifier here ({err}); name it with --reward "
+                            "(path/to/verify.py:name or pkg.module:name)") from err  # fmt: skip
     if isinstance(recorded, dict) and recorded.get("sha256"):
-        now, then = verifier_record(use)["sha256"], recorded["sha256"]  # VerifierError: file gone
+        now, then = verifier["sha256"], recorded["sha256"]
         if now != then:
             notes.append(f"{_name(recorded)} changed since the evaluation (sha256 {then[:12]}… → "
                          f"{now[:12]}…): rescored with its current source")  # fmt: skip
@@ -292,7 +297,6 @@ def rescore(
             [r["response"] for r in rows], [p["answer"] for p in picked],
             [p.get("metadata") or {} for p in picked], [r["id"] for r in rows],
         )  # fmt: skip
-    verifier = verifier_record(use)
     by_problem: dict[str, list[float]] = {}
     for r, p, c in zip(rows, picked, scores, strict=True):
         r.update(gold=p["answer"], extracted=extract_boxed(r["response"]), correct=bool(c), verifier=verifier)
