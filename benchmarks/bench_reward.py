@@ -448,9 +448,12 @@ def bench_slow_verifier(timeout_s: float, workers: int, n: int = 256) -> None:
         counts = runner.take_counts()
         for p in runner.pools:
             p.close()
-    print(f"slow verifier, budget spent ({n} items at 1 s, 1 hanging, deadline {timeout_s:g} s): "
-          f"{took:.1f} s; {sum(v == 1.0 for v in got[:-1])} of {n - 1} good items scored; "
-          f"{counts['failed']:.0f} scored 0 as failures, timed out {counts['timed_out']:.0f}", flush=True)
+    print(
+        f"slow verifier, budget spent ({n} items at 1 s, 1 hanging, deadline {timeout_s:g} s): "
+        f"{took:.1f} s; {sum(v == 1.0 for v in got[:-1])} of {n - 1} good items scored; "
+        f"{counts['failed']:.0f} scored 0 as failures, timed out {counts['timed_out']:.0f}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -471,8 +474,11 @@ def main() -> None:
         action="store_true",
         help="only a step's scoring with a verifier that raises, hangs or scores NaN on 3 items in 10",
     )
-    ap.add_argument("--slow-verifier", action="store_true",
-                    help="only 256 items by a slow verifier (1 s an item) with one hanging, the budget spent")
+    ap.add_argument(
+        "--slow-verifier",
+        action="store_true",
+        help="only 256 items by a slow verifier (1 s an item) with one hanging, the budget spent",
+    )
     ap.add_argument("--batches", type=int, default=8, help="batches of 512 responses per workload")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--seed", type=int, default=0)
