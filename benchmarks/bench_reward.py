@@ -14,8 +14,13 @@ tasks, 30% LaTeX answers such as ``\\frac{3}{4}``, ``2\\sqrt{3}``, ``\\pi/2``, a
 ``--misbehaving-verifier``: a step's 128 items scored by a verifier of your own that raises on one item in
 ten, hangs on one and scores NaN on one (30-s deadline): seconds, and whether every good item was scored.
 
+``--slow-verifier``: 256 items scored once the step's budget is spent, by a verifier that takes 1 s an item
+and hangs on one: seconds, and whether every good item was scored.
+
 ``--hanging-verifier A B``: a toy HACPO run whose verifier of your own hangs on one prompt in ten, against the
-same run with it well behaved (issue 43: seconds per step, items retried, timed out and shared).
+same run with it well behaved (issue 43: seconds per step, items retried, timed out and shared);
+``--hang-verifier misbehaves_on_three_in_ten``: one that raises, hangs and scores NaN on one item in ten
+each, with the bad items and the good ones scored right counted.
 
 Also scores a hostile corpus item by item and reports the maximum per-item wall latency, and every workload
 with ``reward="hendrycks"`` (the as-released exact match: pure string code in the calling process).
@@ -270,6 +275,12 @@ def misbehaves_on_three_in_ten(responses, answers, metadata):
         out.append(float("nan") if kind == 2 else 1.0 if _boxed(r) == a else 0.0)
     return out
 
+def slow_hangs_on_one(responses, answers, metadata):
+    # a slow verifier (1 s an item, waiting on a solver or a service) that hangs on one response
+    for r in responses:
+        time.sleep(3600 if "hang" in r else 1.0)
+    return exact(responses, answers, metadata)
+
 def hangs_on_one_prompt_in_ten(responses, answers, metadata):
     # a pathological case keyed by the problem: every answer to one problem in ten never verifies
     if any(int(hashlib.sha256(a.encode()).hexdigest(), 16) % 10 == 0 for a in answers):
@@ -278,8 +289,27 @@ def hangs_on_one_prompt_in_ten(responses, answers, metadata):
 """
 
 
+def _account(seen: list[tuple[str, str, float]]) -> None:
+    """Of the items ``misbehaves_on_three_in_ten`` scored (response, gold, reward): the bad ones, and the
+    good ones scored right (as ``exact`` would)."""
+    import hashlib
+    import re
+
+    kind = [int(hashlib.sha256(r.encode()).hexdigest(), 16) % 10 for r, _, _ in seen]
+    good = [(r, g, v) for (r, g, v), k in zip(seen, kind, strict=True) if k >= 3]
+    right = 0
+    for r, g, v in good:
+        b = re.findall(r"\\boxed\{([^}]*)\}", r)
+        right += v == (1.0 if b and b[-1] == g else 0.0)
+    zero = sum(v == 0 for _, _, v in seen)
+    bad = len(seen) - len(good)
+    print(f"  {len(seen)} items, {bad} bad; {right} of {len(good)} good items scored right; {zero} scored 0",
+          flush=True)  # fmt: skip
+
+
 def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: float | None,
-                           engine: str = "local", reward_file: str | None = None) -> None:  # fmt: skip
+                           engine: str = "local", reward_file: str | None = None,
+                           verifier: str = "hangs_on_one_prompt_in_ten") -> None:  # fmt: skip
     """Issue 43: a toy HACPO run (2 agents, 8 prompts × G 8) with a verifier of your own that hangs on one
     prompt in ten, against the same run with it well behaved; seconds per step and the verifier's counts.
     ``engine="openrlhf"``: the joint run on the real stack (CPU rehearsal settings; agents vLLM serves, e.g.
@@ -303,7 +333,7 @@ def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: 
     with tempfile.TemporaryDirectory() as tmp:
         verify = Path(tmp) / "verify.py"
         verify.write_text(HANGING_VERIFIER)
-        for name in ("exact", "hangs_on_one_prompt_in_ten"):
+        for name in ("exact", verifier):
             run = {
                 "method": "hacpo", "agents": [{"name": Path(a).name, "path": a} for a in agents],
                 "train_file": str(Path(data) / "train.jsonl"), "out_dir": str(Path(tmp) / name),
@@ -322,7 +352,18 @@ def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: 
                 score_key, failed = "verifier/seconds", sum(r.get("verifier/failed", 0) for r in rows)
             else:
                 trainer = LocalTrainer(cfg)
+                seen: list[tuple[str, str, float]] = []  # every item scored: response, gold, reward
+                score = trainer.scorer.score
+
+                def watched(responses, golds, *rest, _score=score, _seen=seen):
+                    got = _score(responses, golds, *rest)
+                    _seen.extend(zip(responses, golds, got, strict=True))
+                    return got
+
+                trainer.scorer.score = watched
                 rows = [trainer.train_step(s).row for s in range(steps)]
+                if name == "misbehaves_on_three_in_ten":
+                    _account(seen)
                 trainer.scorer.close()
                 score_key, failed = "time/score_s", rows[-1]["verifier_failed"]
             step_s = [r["time/step_s"] for r in rows]
@@ -383,6 +424,38 @@ def bench_misbehaving_verifier(timeout_s: float, workers: int) -> None:
     )
 
 
+def bench_slow_verifier(timeout_s: float, workers: int, n: int = 256) -> None:
+    """A step's ``n`` items scored once the step's budget is spent (an earlier call of the step used it up),
+    by a slow verifier of your own (1 s an item) that hangs on one: seconds, good items scored, items
+    scored 0. Each item then has a tenth of the deadline of its own; a well-behaved one is never lost."""
+    import tempfile
+    from pathlib import Path
+
+    from hacpo.reward.custom import CustomReward, VerifierRunner
+
+    responses = [f"item {i}: \\boxed{{{i}}}" for i in range(n - 1)] + ["item hang: \\boxed{0}"]
+    answers = [str(i) for i in range(n - 1)] + ["0"]
+    with tempfile.TemporaryDirectory() as tmp:
+        verify = Path(tmp) / "verify.py"
+        verify.write_text(HANGING_VERIFIER)
+        runner = VerifierRunner(CustomReward(file=str(verify), name="slow_hangs_on_one"), workers=workers,
+                                timeout_s=timeout_s)  # fmt: skip
+        runner.new_step()
+        runner.budget_left, runner.batch_ok = 0.0, False  # benchmark-only: the step's budget already spent
+        t0 = time.monotonic()
+        got = runner.score(responses, answers, ids=[str(i) for i in range(n)])
+        took = time.monotonic() - t0
+        counts = runner.take_counts()
+        for p in runner.pools:
+            p.close()
+    print(
+        f"slow verifier, budget spent ({n} items at 1 s, 1 hanging, deadline {timeout_s:g} s): "
+        f"{took:.1f} s; {sum(v == 1.0 for v in got[:-1])} of {n - 1} good items scored; "
+        f"{counts['failed']:.0f} scored 0 as failures, timed out {counts['timed_out']:.0f}",
+        flush=True,
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hanging-verifier", nargs=2, metavar=("AGENT_A", "AGENT_B"),
@@ -393,10 +466,18 @@ def main() -> None:
     ap.add_argument("--hang-engine", choices=["local", "openrlhf"], default="local",
                     help="openrlhf: the joint run on the real stack (.venv-rehearsal)")  # fmt: skip
     ap.add_argument("--hang-reward-file", default=None, help="openrlhf: another reward file (a before/after)")
+    ap.add_argument("--hang-verifier", default="hangs_on_one_prompt_in_ten",
+                    choices=["hangs_on_one_prompt_in_ten", "misbehaves_on_three_in_ten"],
+                    help="the misbehaving verifier of the toy run (against `exact`)")  # fmt: skip
     ap.add_argument(
         "--misbehaving-verifier",
         action="store_true",
         help="only a step's scoring with a verifier that raises, hangs or scores NaN on 3 items in 10",
+    )
+    ap.add_argument(
+        "--slow-verifier",
+        action="store_true",
+        help="only 256 items by a slow verifier (1 s an item) with one hanging, the budget spent",
     )
     ap.add_argument("--batches", type=int, default=8, help="batches of 512 responses per workload")
     ap.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
@@ -407,12 +488,15 @@ def main() -> None:
     args = ap.parse_args()
 
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    if args.slow_verifier:
+        bench_slow_verifier(args.hang_timeout or 30.0, max(1, args.workers[-1]))
+        return
     if args.misbehaving_verifier:
         bench_misbehaving_verifier(args.hang_timeout or 30.0, max(1, args.workers[-1]))
         return
     if args.hanging_verifier:
         bench_hanging_verifier(args.hanging_verifier, args.hang_data, args.hang_steps, args.hang_timeout,
-                               args.hang_engine, args.hang_reward_file)  # fmt: skip
+                               args.hang_engine, args.hang_reward_file, args.hang_verifier)  # fmt: skip
         return
     golds = real_golds(args.data_dir) if os.path.isdir(args.data_dir) else None
     if golds is None:

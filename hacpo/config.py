@@ -422,8 +422,13 @@ class TrainConfig(BaseModel):
         group="execution",
         runtime=True,
         help=(
-            "a verifier's time on failed calls within a step (None: two deadlines); once "
-            "spent, items get a tenth of the deadline"
+            "a verifier's time on failed calls within a step (None: two deadlines). Once spent, each item "
+            "still unscored gets a tenth of the deadline (at least 1 s) of its own: one faster is still "
+            "scored, one slower scores 0. Items run k at once: one a CPU (at most 8), and up to 32 more "
+            "beside items that wait rather than compute. Worst case, a step's scoring takes this budget (or "
+            "one deadline, if longer) plus a tenth of the deadline for every k items then unscored (k = 34 "
+            "on 2 CPUs when hanging items wait, 2 when they spin), and about 0.2 s of CPU to replace each "
+            "process that overran"
         ),
         ge=0,
     )

@@ -111,3 +111,47 @@ def test_countdown_config_end_to_end_at_ci_size(tmp_path):
     samples = [json.loads(line) for s in (res / "eval").rglob("countdown_test.samples.jsonl")
                for line in s.read_text().splitlines()]  # fmt: skip
     assert samples and any(s["correct"] for s in samples)
+
+
+class _CannedCountdown:
+    """Per problem in turn: its reference solution (right for both verifiers), the bare target (right for
+    math-verify only: no number of the record's) and a wrong expression."""
+
+    def generate(self, problems, sampling):
+        out = []
+        for i, p in enumerate(problems):
+            box = (p["answer"], str(p["metadata"]["target"]), "1+1")[i % 3]
+            out.append([f"so \\boxed{{{box}}}"])
+        return out
+
+
+def test_rescoring_a_countdown_evaluation_reproduces_its_accuracy(tmp_path, capsys):
+    """An evaluation scored by the Countdown verifier, rescored: by that verifier (the audit records it),
+    each record's metadata passed, the same accuracy exactly; the summary names the verifier. Asked for
+    another one, the summary says so."""
+    from hacpo.data.own import load
+    from hacpo.eval import Sampling, evaluate, rescore
+
+    rows = load(HERE / "test.jsonl", {"problem": "question", "answer": "solution", "id": "id"},
+                "countdown_test", "datasets.countdown_test")[:30]  # fmt: skip
+    bench = tmp_path / "countdown_test.jsonl"
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    reward = {"file": str(HERE / "verify.py"), "name": "countdown"}
+    evaluated = evaluate(_CannedCountdown(), bench, tmp_path / "countdown_test", Sampling(), reward=reward)
+    responses = [r[0] for r in _CannedCountdown().generate(rows, None)]
+    right = verify.countdown(responses, [r["answer"] for r in rows], [r["metadata"] for r in rows])
+    assert evaluated["accuracy"] == sum(right) / 30 < 0.5  # the reference solutions (and a few targets)
+    audit = tmp_path / "countdown_test.samples.jsonl"
+    recorded = json.loads(audit.read_text().splitlines()[0])["verifier"]
+    assert recorded["file"] == reward["file"] and recorded["name"] == "countdown"
+    assert len(recorded["sha256"]) == 64
+
+    again = rescore(audit, bench, tmp_path / "countdown_test.rescored.json")
+    assert again["accuracy"] == evaluated["accuracy"] and again["changed"] == 0
+    assert again["reward"]["name"] == "countdown" and again["verifier_from"] == "audit"
+    assert "notes" not in again and "note:" not in capsys.readouterr().err
+
+    other = rescore(audit, bench, tmp_path / "other.json", reward="math_verify")
+    assert other["accuracy"] >= 20 / 30 and other["reward"] == "math_verify"  # every bare target passes
+    assert other["verifier_from"] == "argument" and "countdown" in other["notes"][0]
+    assert "as asked" in capsys.readouterr().err

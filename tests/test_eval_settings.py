@@ -168,3 +168,49 @@ def test_partial_credit_counts_its_share_in_accuracy_and_never_a_pass(tmp_path):
     audit = [json.loads(x) for x in (tmp_path / "out.samples.jsonl").read_text().splitlines()]
     assert [r["correct"] for r in audit] == [r["reward"] == 1.0 for r in audit]
     assert sum(r["correct"] for r in audit) == 4 and [r["reward"] for r in audit][:2] == [1.0, 0.5]
+
+
+def test_rescoring_an_audit_without_its_verifier_says_which_it_assumes(tmp_path, capsys):
+    """An audit from before audits recorded their verifier: the verifier its evaluation summary names, or
+    math-verify, and the summary and stderr say which, never silently."""
+    samples = tmp_path / "b.samples.jsonl"
+    row = {"id": "p1", "sample": 0, "response": r"\boxed{12}", "correct": True}
+    samples.write_text(json.dumps(row) + "\n")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"id": "p1", "problem": "x", "answer": "12"}) + "\n")
+    summary = rescore(samples, bench, tmp_path / "o.json")
+    assert summary["reward"] == "math_verify" and summary["verifier_from"] == "assumed"
+    assert "math_verify assumed" in summary["notes"][0] and "math_verify assumed" in capsys.readouterr().err
+    (tmp_path / "b.json").write_text(json.dumps({"reward": "hendrycks"}))  # its evaluation's summary
+    summary = rescore(samples, bench, tmp_path / "o.json")
+    assert summary["reward"] == "hendrycks" and summary["verifier_from"] == "evaluation summary"
+    assert "hendrycks" in summary["notes"][0] and "b.json" in capsys.readouterr().err
+
+
+def test_a_verifiers_detailed_scores_and_the_engine_agreement_pass_each_records_metadata():
+    from pathlib import Path
+
+    from hacpo.eval.agreement import score_answers
+    from hacpo.reward import Scorer
+
+    reward = {"file": str(Path(__file__).parent / "fixtures" / "verifiers.py"), "name": "exact"}
+    with Scorer(workers=1, reward=reward) as s:
+        got = s.score_detailed(["answer: 3", "answer: 4"], ["3", "4"], [{"credit": 0.5}, {}])
+    assert [d["reward"] for d in got] == [0.5, 1.0]
+    problems = [{"id": "a", "answer": "3", "metadata": {"credit": 0.25}}, {"id": "b", "answer": "5"}]
+    answers = {"local": ["answer: 3", "answer: 5"], "vllm": ["answer: 3", "answer: 4"]}
+    assert score_answers(answers, problems, reward) == {"local": [0.25, 1.0], "vllm": [0.25, 0.0]}
+
+
+def test_rescoring_an_audit_whose_verifier_is_gone_says_how_to_name_one(tmp_path):
+    from hacpo.reward import VerifierError
+
+    samples = tmp_path / "b.samples.jsonl"
+    gone = {"file": str(tmp_path / "gone.py"), "name": "verify", "sha256": "0" * 64}
+    row = {"id": "p1", "sample": 0, "response": r"\boxed{12}", "correct": True, "verifier": gone}
+    samples.write_text(json.dumps(row) + "\n")
+    bench = tmp_path / "bench.jsonl"
+    bench.write_text(json.dumps({"id": "p1", "problem": "x", "answer": "12"}) + "\n")
+    with pytest.raises(VerifierError, match=r"b\.samples\.jsonl: cannot load its verifier.*--reward"):
+        rescore(samples, bench, tmp_path / "o.json")
+    assert rescore(samples, bench, tmp_path / "o.json", reward="math_verify")["accuracy"] == 1.0

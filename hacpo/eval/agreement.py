@@ -76,6 +76,7 @@ def agreement(
     engine's accuracy and decoding set-up, and up to ``show`` items where they differ (both responses and
     the first differing character)."""
     from hacpo.eval.local import LocalGenerator
+    from hacpo.eval.run import verifier_record
     from hacpo.eval.vllm import VLLMGenerator
 
     if not sampling.greedy:
@@ -91,21 +92,30 @@ def agreement(
     for name, problems in benchmarks.items():
         out[name] = _compare(local, vllm, problems, sampling, reward, show)
         out[name].update(model=str(path), precision=precision, load_seconds=load)
+        out[name]["reward"] = verifier_record(reward)
     return out
 
 
-def _compare(local, vllm, problems: list[dict], sampling, reward, show: int) -> dict:
+def score_answers(answers: dict[str, list[str]], problems: list[dict], reward) -> dict[str, list[float]]:
+    """Each engine's answers scored by ``reward`` as an evaluation scores them: golds, and for a verifier of
+    your own each record's ``metadata`` and id."""
     from hacpo.reward.scorer import Scorer
 
+    golds = [str(p["answer"]) for p in problems]
+    metadata = [p.get("metadata") or {} for p in problems]
+    ids = [str(p.get("id", i)) for i, p in enumerate(problems)]
+    with Scorer(workers=1, reward=reward) as scorer:
+        return {k: scorer.score(v, golds, metadata, ids) for k, v in answers.items()}
+
+
+def _compare(local, vllm, problems: list[dict], sampling, reward, show: int) -> dict:
     setup = decoding_setup(local, vllm, problems, sampling)
     answers, seconds = {}, {}
     for name, gen in (("local", local), ("vllm", vllm)):
         t = time.perf_counter()
         answers[name] = [r[0] for r in gen.generate(problems, sampling)]
         seconds[name] = round(time.perf_counter() - t, 1)
-    golds = [str(p["answer"]) for p in problems]
-    with Scorer(workers=1, reward=reward) as scorer:
-        rewards = {k: scorer.score(v, golds) for k, v in answers.items()}
+    rewards = score_answers(answers, problems, reward)
     same = [a == b for a, b in zip(answers["local"], answers["vllm"], strict=True)]
     same_reward = [a == b for a, b in zip(rewards["local"], rewards["vllm"], strict=True)]
     n = len(problems)
@@ -136,7 +146,7 @@ def _compare(local, vllm, problems: list[dict], sampling, reward, show: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hacpo.eval.run import Sampling, read_benchmark
+    from hacpo.eval.run import Sampling, read_benchmark, recorded_verifier, reward_from_spec
 
     p = argparse.ArgumentParser(prog="python -m hacpo.eval.agreement", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a Hugging Face model directory (e.g. results/models/smollm2)")
@@ -144,14 +154,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--limit", type=int, default=50, help="items per benchmark (default 50)")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--prompt-style", default="paper")
-    p.add_argument("--reward", default="math_verify")
+    p.add_argument(
+        "--reward", default=None,
+        help="the verifier: math_verify (default), hendrycks, pkg.module:name or path/to/verify.py:name",
+    )  # fmt: skip
+    p.add_argument(
+        "--audit", default=None,
+        help="score with the verifier an evaluation's audit file (<bench>.samples.jsonl) records",
+    )  # fmt: skip
     p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--out", help="write the report here (JSON) as well as to stdout")
     args = p.parse_args(argv)
+    if args.reward and args.audit:
+        p.error("give --reward or --audit, not both")
+    reward = reward_from_spec(args.reward) if args.reward else "math_verify"
+    if args.audit:
+        reward, _, notes = recorded_verifier(args.audit)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+        reward = reward if isinstance(reward, str) else {k: v for k, v in reward.items() if k != "sha256"}
     sampling = Sampling(max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style)
     benchmarks = {Path(b).stem: read_benchmark(b, limit=args.limit) for b in args.benchmarks}
     report = agreement(
-        args.model, benchmarks, sampling, reward=args.reward, precision=args.precision, cpu=not _has_cuda()
+        args.model, benchmarks, sampling, reward=reward, precision=args.precision, cpu=not _has_cuda()
     )
     text = json.dumps(report, indent=1)
     if args.out:

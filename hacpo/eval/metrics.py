@@ -14,13 +14,7 @@ from __future__ import annotations
 
 from math import comb
 
-CORRECT_AT = 1.0
-"""The reward at which a sample counts as correct (pass@k, the audit's ``correct``): full credit."""
-
-
-def is_correct(reward: float) -> bool:
-    """A sample's binary verdict: its reward (on [0, 1]) is full credit, ≥ :data:`CORRECT_AT`."""
-    return reward >= CORRECT_AT
+from hacpo.reward.custom import CORRECT_AT, is_correct  # noqa: F401 (the one definition, read here too)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from hacpo.reward import Scorer, extract_boxed
+from hacpo.reward import REWARDS, CustomReward, Scorer, VerifierError, extract_boxed
 from hacpo.runio import RunRecord, atomic_write_json, atomic_write_text, run_lock, sweep_temporaries
 
 from .metrics import is_correct, summarize
@@ -62,6 +63,75 @@ def read_benchmark(path: str | Path, limit: int | None = None) -> list[dict]:
     return rows[:limit] if limit else rows
 
 
+def verifier_record(reward: str | dict | CustomReward | None) -> str | dict:
+    """What an audit file records of the verifier that scored it, enough to load it again: a built-in's name,
+    or a verifier of your own's entry (``file`` + ``name``, or ``function``) with its source's SHA-256."""
+    if reward is None or isinstance(reward, str):
+        return reward or "math_verify"
+    spec = reward if isinstance(reward, CustomReward) else CustomReward(**reward)
+    return spec.planned()
+
+
+def reward_from_spec(text: str) -> str | dict:
+    """A verifier named on a command line: ``math_verify``, ``hendrycks``, ``pkg.module:name`` or
+    ``path/to/verify.py:name`` → the value ``Scorer(reward=…)`` takes."""
+    if text in REWARDS:
+        return text
+    where, _, name = text.rpartition(":")
+    if not where or not name:
+        raise ValueError(
+            f"verifier {text!r}: give {', '.join(REWARDS)}, pkg.module:name or path/to/verify.py:name"
+        )
+    if where.endswith(".py") or Path(where).is_file():
+        return CustomReward(file=where, name=name).model_dump(exclude_none=True)
+    return CustomReward(function=text).model_dump(exclude_none=True)
+
+
+def _name(reward: str | dict) -> str:
+    return reward if isinstance(reward, str) else CustomReward(**_loadable(reward)).target
+
+
+def _loadable(reward: str | dict) -> str | dict:
+    """The record without its hash: rescoring with a verifier edited since (a fixed one) is allowed; the
+    change is noted instead (:func:`recorded_verifier`)."""
+    return reward if isinstance(reward, str) else {k: v for k, v in reward.items() if k != "sha256"}
+
+
+def recorded_verifier(
+    samples: str | Path, rows: list[dict] | None = None
+) -> tuple[str | dict, str, list[str]]:
+    """The verifier that scored an audit file of :func:`evaluate`: ``(reward, where from, notes)``.
+
+    From the audit's own record; an older audit without one: the ``reward`` of its evaluation's summary
+    beside it (``<bench>.json``), else math-verify, assumed; both are said in the notes."""
+    if rows is None:
+        with open(samples) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    found = {json.dumps(r["verifier"], sort_keys=True) for r in rows if "verifier" in r}
+    if len(found) > 1:
+        raise ValueError(
+            f"{samples}: its answers were scored by different verifiers ({', '.join(sorted(found))}); "
+            "rescore with one named explicitly"
+        )
+    if found:
+        if not all("verifier" in r for r in rows):
+            raise ValueError(f"{samples}: some answers record their verifier and some do not; rescore with "
+                             "one named explicitly")  # fmt: skip
+        return json.loads(found.pop()), "audit", []
+    name = Path(samples).name
+    summary = Path(samples).with_name(name.removesuffix(".samples.jsonl") + ".json")
+    recorded = None
+    if name.endswith(".samples.jsonl") and summary.is_file():
+        recorded = json.loads(summary.read_text()).get("reward")
+    if recorded is not None:
+        note = (f"{samples} does not record its verifier (an older evaluation): using the one its summary "
+                f"{summary} names, {_name(recorded)}")  # fmt: skip
+        return recorded, "evaluation summary", [note]
+    note = (f"{samples} does not record its verifier (an older evaluation) and no evaluation summary beside "
+            "it names one: math_verify assumed; name another with --reward")  # fmt: skip
+    return "math_verify", "assumed", [note]
+
+
 def evaluate(
     generator,
     benchmark: str | Path,
@@ -87,6 +157,7 @@ def evaluate(
     picked = [p for p, rs in zip(problems, responses, strict=True) for _ in rs]
     golds, ids = [p["answer"] for p in picked], [p["id"] for p in picked]
     metadata = [p.get("metadata") or {} for p in picked]
+    verifier = verifier_record(reward)  # before scoring: the source that scores is the one hashed
     t0 = time.perf_counter()
     with Scorer(workers=scorer_workers, reward=reward or "math_verify") as scorer:
         scores = scorer.score(flat, golds, metadata, ids)
@@ -108,6 +179,7 @@ def evaluate(
                         "gold": p["answer"],
                         "reward": c,
                         "correct": is_correct(c),  # full credit (hacpo.eval.metrics)
+                        "verifier": verifier,
                     }
                 )
             )
@@ -180,22 +252,57 @@ def _evaluate_setting(generator, settings: dict, out_dir: Path, seed: int, score
     return results
 
 
-def rescore(samples: str | Path, benchmark: str | Path, out: str | Path, *, scorer_workers: int = 0) -> dict:
+def rescore(
+    samples: str | Path,
+    benchmark: str | Path,
+    out: str | Path,
+    *,
+    scorer_workers: int = 0,
+    reward: str | dict | None = None,
+) -> dict:
     """Score saved responses again (new golds or a fixed scorer) without generating: ``samples`` is an audit
-    file of :func:`evaluate`; golds come from ``benchmark`` (by id). Writes ``out`` (summary JSON) and the
-    re-scored audit beside it (``<out stem>.samples.jsonl``)."""
-    gold = {r["id"]: r["answer"] for r in read_benchmark(benchmark)}
+    file of :func:`evaluate`; golds and each item's metadata come from ``benchmark`` (by id). Scored by the
+    verifier the audit records (:func:`recorded_verifier`), or by ``reward`` when given; the summary names
+    it (``reward``), where it came from (``verifier_from``) and, in ``notes`` (also on stderr), an assumed
+    verifier, one other than the audit's, or one whose source changed since. Writes ``out`` (summary JSON)
+    and the re-scored audit beside it (``<out stem>.samples.jsonl``)."""
+    records = {r["id"]: r for r in read_benchmark(benchmark)}
     with open(samples) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    missing = sorted({r["id"] for r in rows} - set(gold))
+    missing = sorted({r["id"] for r in rows} - set(records))
     if missing:
         raise ValueError(f"{samples}: {len(missing)} problem ids not in {benchmark} (e.g. {missing[0]!r})")
+    recorded, source, notes = recorded_verifier(samples, rows)
+    if reward is not None:
+        asked = verifier_record(reward)
+        if source == "audit" and _loadable(asked) != _loadable(recorded):
+            notes.append(f"scored with {_name(asked)} as asked, not with {_name(recorded)}, the verifier "
+                         f"{samples} records")  # fmt: skip
+        recorded, source = verifier_record(reward), "argument"
+    use = _loadable(recorded)
+    try:
+        verifier = verifier_record(use)
+    except VerifierError as err:
+        raise VerifierError(f"{samples}: cannot load its verifier here ({err}); name it with --reward "
+                            "(path/to/verify.py:name or pkg.module:name)") from err  # fmt: skip
+    if isinstance(recorded, dict) and recorded.get("sha256"):
+        now, then = verifier["sha256"], recorded["sha256"]
+        if now != then:
+            notes.append(f"{_name(recorded)} changed since the evaluation (sha256 {then[:12]}… → "
+                         f"{now[:12]}…): rescored with its current source")  # fmt: skip
+    for note in notes:
+        print(f"hacpo rescore: note: {note}", file=sys.stderr)
     before = [bool(r["correct"]) for r in rows]
-    with Scorer(workers=scorer_workers) as scorer:
-        scores = scorer.score([r["response"] for r in rows], [gold[r["id"]] for r in rows])
+    picked = [records[r["id"]] for r in rows]
+    with Scorer(workers=scorer_workers, reward=use) as scorer:
+        scores = scorer.score(
+            [r["response"] for r in rows], [p["answer"] for p in picked],
+            [p.get("metadata") or {} for p in picked], [r["id"] for r in rows],
+        )  # fmt: skip
     by_problem: dict[str, list[float]] = {}
-    for r, c in zip(rows, scores, strict=True):
-        r.update(gold=gold[r["id"]], extracted=extract_boxed(r["response"]), reward=c, correct=is_correct(c))
+    for r, p, c in zip(rows, picked, scores, strict=True):
+        r.update(gold=p["answer"], extracted=extract_boxed(r["response"]), reward=c, correct=is_correct(c),
+                 verifier=verifier)  # fmt: skip
         by_problem.setdefault(r["id"], []).append(c)
     correct = list(by_problem.values())
     summary = {
@@ -204,6 +311,9 @@ def rescore(samples: str | Path, benchmark: str | Path, out: str | Path, *, scor
         "rescored_from": str(samples),
         **summarize(correct),
         "changed": sum(is_correct(c) != b for b, c in zip(before, scores, strict=True)),
+        "reward": verifier,
+        "verifier_from": source,
+        **({"notes": notes} if notes else {}),
     }
     out = Path(out)
     atomic_write_text(out.with_name(out.stem + ".samples.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))

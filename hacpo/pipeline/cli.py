@@ -118,10 +118,14 @@ def _generator(args, settings: dict, path: str, scratch: contextlib.ExitStack):
 
 
 def cmd_rescore(args) -> int:
-    from hacpo.eval import rescore
+    from hacpo.eval.run import rescore, reward_from_spec
 
-    summary = rescore(args.samples, args.benchmark, args.out, scorer_workers=args.scorer_workers)
-    print(json.dumps({k: summary[k] for k in ("benchmark", "accuracy", "changed")}))
+    reward = reward_from_spec(args.reward) if args.reward else None
+    summary = rescore(
+        args.samples, args.benchmark, args.out, scorer_workers=args.scorer_workers, reward=reward
+    )
+    keys = ("benchmark", "accuracy", "changed", "reward", "verifier_from")
+    print(json.dumps({k: summary[k] for k in keys}))
     return 0
 
 
@@ -218,9 +222,16 @@ def add_cli(sub) -> None:
 
     r = sub.add_parser("rescore", help="score saved responses again (no generation) against a benchmark file")
     r.add_argument("--samples", required=True, help="<bench>.samples.jsonl written by evaluate")
-    r.add_argument("--benchmark", required=True, help="benchmark JSONL with the golds (id, answer)")
+    r.add_argument("--benchmark", required=True,
+                   help="benchmark JSONL with the golds (id, answer) and each record's metadata")  # fmt: skip
     r.add_argument("--out", required=True, help="summary JSON; the re-scored audit goes beside it")
-    r.add_argument("--scorer-workers", type=int, default=2, help="math-verify processes (0: in this process)")
+    r.add_argument("--scorer-workers", type=int, default=2,
+                   help="math-verify or verifier processes (0: math-verify in this process)")  # fmt: skip
+    r.add_argument(
+        "--reward", default=None,
+        help="score with this verifier instead of the one the audit records (the summary says so): "
+             "math_verify, hendrycks, pkg.module:name or path/to/verify.py:name",
+    )  # fmt: skip
     r.set_defaults(func=cmd_rescore)
 
     f = sub.add_parser("profiles", help="collect every run's time and peak memory into one CSV")

@@ -38,6 +38,7 @@ import json
 import logging
 import math
 import numbers
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -185,6 +186,15 @@ def reward_identity(reward: str | dict | CustomReward) -> str | dict[str, str]:
     return (reward if isinstance(reward, CustomReward) else CustomReward(**reward)).identity()
 
 
+CORRECT_AT = 1.0
+"""The reward at which a sample counts as correct (pass@k, an audit's ``correct``): full credit."""
+
+
+def is_correct(reward: float) -> bool:
+    """A sample's binary verdict: its reward (on [0, 1]) is full credit, ≥ :data:`CORRECT_AT`."""
+    return reward >= CORRECT_AT
+
+
 def unit_rewards(raw: Sequence[float | None], ids: Sequence[str], spec: CustomReward) -> list[float]:
     """The verifier's values on [0, 1]: ``(r − lo) / (hi − lo)`` for a declared ``range: [lo, hi]``, as they
     are for none; ``None`` (an item the verifier failed on) is 0, the bottom of the scale. A value outside
@@ -282,11 +292,13 @@ def verifier_job(spec: dict):
     return job
 
 
-RETRY_WORKERS = 8  # processes that retry a failed batch's items in parallel (mostly idle while one hangs)
-# A retried item still running after RETRY_STALL_S is taken for hanging: a spare process (up to RETRY_SPARES
-# at once) serves the queue beside it, so the good items are scored while the hanging ones wait out their
-# deadline together
-RETRY_SPARES, RETRY_STALL_S = 32, 1.0
+# Processes that retry a failed batch's items in parallel, at most one a CPU: a slow item that computes
+# must not be slowed past its deadline by others beside it
+RETRY_WORKERS = min(8, os.cpu_count() or 1)
+# A retried item still running after RETRY_STALL_S and waiting (off the CPU: hanging, or a slow verifier
+# that waits on a solver or a service) gets a spare process beside it (up to RETRY_SPARES at once) serving
+# the queue, so the good items are scored while the hanging ones wait out their deadline together
+RETRY_SPARES, RETRY_STALL_S = 32, 0.25
 
 
 class VerifierRunner:
@@ -300,8 +312,10 @@ class VerifierRunner:
     deadline, not k, and every well-behaved item is scored. Once a batch failed, the step's later calls go
     item by item from the start (the batch call stays the fast path while batches succeed). A step's time
     on calls that failed comes out of ``retry_budget_s`` (default two deadlines; :meth:`new_step` renews
-    it): once it is spent, items get ``spent_deadline_s`` (a tenth of the deadline, at least 1 s), and those
-    still unscored then score 0, counted and named like every other failure.
+    it): once it is spent, each item still unscored gets ``spent_deadline_s`` of its own (a tenth of the
+    deadline, at least 1 s), up to :data:`RETRY_WORKERS` + :data:`RETRY_SPARES` at once, and one that
+    overruns it scores 0, counted and named like every other failure. A well-behaved item that takes less
+    is scored however many others hang; a hanging one costs one short deadline, in parallel.
     :meth:`take_counts` gives what a step spent (seconds, retried, timed-out, shared, failed items)."""
 
     def __init__(
@@ -421,8 +435,8 @@ class VerifierRunner:
 
     def _score_singly(self, retry, responses, answers, metadata, values, errors) -> tuple[dict, dict]:
         """Each item on its own call, in parallel, each under its deadline, a hanging one beside the queue
-        (the retry pool's spares), within what is left of the step's budget; once it is spent, within
-        ``spent_deadline_s``: a well-behaved item takes milliseconds, so it is scored either way."""
+        (the retry pool's spares), while the step's budget lasts; once it is spent, each item under
+        ``spent_deadline_s`` of its own: a well-behaved item faster than that is scored either way."""
         self.counts["retried"] += len(retry)
         if self._retry_pool is None:  # its start (once a run) is not retry time: the budget starts after it
             self._retry_pool = Pool(self.retry_workers, self.timeout_s, self.timeout_s, job=self.job,
@@ -430,7 +444,8 @@ class VerifierRunner:
         self._retry_pool.wait_ready(60.0)  # a worker replaced after a hang starts outside the budget
         singles = [([responses[i]], [answers[i]], [metadata[i]]) for i in retry]
         t0 = time.monotonic()
-        results = self._retry_pool.run(singles, budget_s=max(self.budget_left, self.spent_deadline_s))
+        results = self._retry_pool.run(singles, budget_s=max(self.budget_left, 0.0),
+                                       then_s=self.spent_deadline_s)  # fmt: skip
         self.budget_left -= time.monotonic() - t0
         for i, (ok, got) in zip(retry, results, strict=True):
             if ok:
@@ -444,6 +459,10 @@ class VerifierRunner:
         if got == "killed":
             self.counts["timed_out"] += 1
             return f"no answer within the deadline ({self.timeout_s:g} s)"
+        if got == "spent":
+            self.counts["timed_out"] += 1
+            return (f"no answer within {self.spent_deadline_s:g} s, an item's deadline once the step's "
+                    f"retry budget ({self.retry_budget_s:g} s) is spent")  # fmt: skip
         if got == "budget":
             self.counts["timed_out"] += 1
             return (f"unscored when the step's retry budget ({self.retry_budget_s:g} s) was spent "

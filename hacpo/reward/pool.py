@@ -183,10 +183,12 @@ class Pool:
             self._workers[self._workers.index(w)] = self._spawn()
 
     def _add_spares(self, queue: deque[int], now: float) -> None:
-        """Start a spare for each stalled worker while items wait (at most ``spares`` beyond the size)."""
+        """Start a spare for each stalled worker while items wait (at most ``spares`` beyond the size). A
+        worker running on a CPU is slow, not stalled: a spare beside it would only slow it further."""
         if not (self.spares and queue):
             return
-        stalled = sum(1 for w in self._workers if w.inflight and now - w.item_t0 > self.stall_s)
+        stalled = sum(1 for w in self._workers
+                      if w.inflight and now - w.item_t0 > self.stall_s and not _running(w))  # fmt: skip
         serving = len(self._workers) - stalled
         while serving < self.size and len(self._workers) < self.size + self.spares:
             self._workers.append(self._spawn())
@@ -219,10 +221,13 @@ class Pool:
         self._replace(w)
         return done
 
-    def run(self, tasks: Sequence[tuple], budget_s: float | None = None) -> list[tuple]:
+    def run(self, tasks: Sequence[tuple], budget_s: float | None = None, then_s: float | None = None
+            ) -> list[tuple]:  # fmt: skip
         """Each task's result: the job's tuple, or ``(False, "killed" | "crashed")`` for an item that overran
-        ``timeout_s`` or crashed its worker twice. ``budget_s``: the whole call's wall time; items unfinished
-        when it is spent get ``(False, "budget")`` (their busy workers are replaced)."""
+        ``timeout_s`` or crashed its worker twice. ``budget_s``: the call's wall time under ``timeout_s``;
+        once it is spent, each item still running or queued gets ``then_s`` of its own, counted from its
+        start (``(False, "spent")`` past it), or, with ``then_s=None``, ``(False, "budget")`` at once (their
+        busy workers are replaced)."""
         if self._closed:
             raise RuntimeError("hacpo.reward: pool is closed")
         t_start = time.monotonic()
@@ -231,12 +236,15 @@ class Pool:
         queue: deque[int] = deque(sorted(range(len(tasks)), key=lambda i: str(tasks[i][1])))
         remaining = len(tasks)
         crashes: dict[int, int] = {}
+        deadline, overrun = self.timeout_s, "killed"
         try:
             while remaining:
                 now = time.monotonic()
                 if budget_s is not None and now - t_start >= budget_s:
-                    self._spend(results, queue)
-                    break
+                    if then_s is None:
+                        self._spend(results, queue)
+                        break
+                    budget_s, deadline, overrun = None, min(then_s, self.timeout_s), "spent"
                 idle = [w for w in self._workers if w.ready and not w.inflight]
                 for w in idle:
                     if not queue:
@@ -256,7 +264,7 @@ class Pool:
                         self.crashes += 1
                         self._fail_worker(w, results, queue, "crashed", crashes)
                 self._add_spares(queue, now)
-                waits = [w.item_t0 + self.timeout_s - now for w in self._workers if w.inflight]
+                waits = [w.item_t0 + deadline - now for w in self._workers if w.inflight]
                 if self.spares and queue:  # wake when an item starts to stall: a spare may be due
                     waits += [w.item_t0 + self.stall_s - now for w in self._workers
                               if w.inflight and now - w.item_t0 <= self.stall_s]  # fmt: skip
@@ -284,12 +292,12 @@ class Pool:
                         remaining -= self._fail_worker(w, results, queue, "crashed", crashes)
                 now = time.monotonic()
                 for w in list(self._workers):
-                    if w.inflight and now - w.item_t0 > self.timeout_s:
+                    if w.inflight and now - w.item_t0 > deadline:
                         self.kills += 1
                         logger.warning(
-                            "hacpo.reward: item exceeded %.1fs; worker %d killed", self.timeout_s, w.proc.pid
+                            "hacpo.reward: item exceeded %.1fs; worker %d killed", deadline, w.proc.pid
                         )
-                        remaining -= self._fail_worker(w, results, queue, "killed", crashes)
+                        remaining -= self._fail_worker(w, results, queue, overrun, crashes)
                     elif not w.ready and now - w.started > _WORKER_START_TIMEOUT_S:
                         self._fail_worker(w, results, queue, "start_timeout", crashes)
         except BaseException:
@@ -355,6 +363,16 @@ class Pool:
                 pass
             self._discard(w)
         self._workers.clear()
+
+
+def _running(w: _Worker) -> bool:
+    """True when the worker's process is on (or waiting for) a CPU, state R: a slow item, not one waiting
+    on something. Linux's /proc; False elsewhere (every stalled worker then gets a spare)."""
+    try:
+        with open(f"/proc/{w.proc.pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "R"
+    except (OSError, IndexError):
+        return False
 
 
 @atexit.register

@@ -8,7 +8,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
-from .custom import CustomReward, VerifierRunner
+from .custom import CustomReward, VerifierRunner, is_correct
 from .fastpath import prepare
 from .hendrycks import hendrycks_detailed
 from .limits import _CACHEABLE, _DEFAULT_CACHE, _SOFT_FRACTION
@@ -158,8 +158,15 @@ class Scorer:
         """Items a custom verifier failed on (scored 0) so far; 0 for the built-in rewards."""
         return self.verifier.failed if self.verifier is not None else 0
 
-    def score_detailed(self, responses: Sequence[Any], golds: Sequence[Any]) -> list[dict[str, Any]]:
+    def score_detailed(
+        self,
+        responses: Sequence[Any],
+        golds: Sequence[Any],
+        metadata: Sequence[dict] | None = None,
+        ids: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
         """Per item ``{"extracted": str | None, "correct": bool, "method": str}`` (for evaluation audits).
+        ``metadata`` and ``ids``: as in :meth:`score` (a custom verifier's alone).
 
         ``method`` says how the verdict was reached: ``no_box``, ``exact``, ``int``, ``math_verify``,
         ``too_long``, ``too_nested``, ``too_big``, ``timeout``, ``killed``, ``unparsed``, ... With
@@ -169,8 +176,9 @@ class Scorer:
         if len(responses) != len(golds):
             raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
         if self.verifier is not None:
-            values = self.score(responses, golds)
-            return [{"extracted": None, "correct": v > 0, "method": "verifier", "reward": v} for v in values]
+            values = self.score(responses, golds, metadata, ids)
+            verdicts = [{"extracted": None, "correct": is_correct(v), "method": "verifier"} for v in values]
+            return [d | {"reward": v} for d, v in zip(verdicts, values, strict=True)]
         with self._lock:
             if self._closed:
                 raise RuntimeError("Scorer is closed")
