@@ -25,8 +25,8 @@ each, with the bad items and the good ones scored right counted.
 Also scores a hostile corpus item by item and reports the maximum per-item wall latency, and every workload
 with ``reward="hendrycks"`` (the as-released exact match: pure string code in the calling process).
 
-Real benchmark golds (only when the dataset files are present: ``--data-dir``, default ``../shared/data``
-next to the repository; skipped otherwise): every gold of the 8 registered datasets
+Real benchmark golds (only when the dataset files are present: ``--data-dir``, a folder of the registry's
+files named as in docs/datasets.md; skipped otherwise): every gold of the 8 registered datasets
 (:mod:`hacpo.data.registry`, 15,336 records) is scored two ways —
 
 - ``\\boxed{gold}`` vs gold through :meth:`Scorer.score` (the self-verification of the dataset tests; decided

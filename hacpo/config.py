@@ -202,8 +202,8 @@ class AgentRef(BaseModel):
 
 
 class TrainConfig(BaseModel):
-    """One training run. Defaults are the CPU toy regime of ``notes/toy-calibration.md``; the paper's values
-    are in ``config/paper.yaml``."""
+    """One training run. Defaults are the CPU toy regime (docs/results.md, "The paper's tables at toy
+    scale"); the paper's values are in ``config/paper.yaml``."""
 
     model_config = ConfigDict(extra="forbid")
 

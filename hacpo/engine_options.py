@@ -2,7 +2,7 @@
 (:mod:`hacpo.config`) holds them, so they live beside it, not in the engine.
 
 These are runtime choices: they never enter a run's identity (``TrainConfig.config_hash``). The defaults are
-the hybrid engine of ``../notes/openrlhf.md`` §1.8 (vLLM and DeepSpeed colocated on every GPU, each asleep
+the hybrid engine (docs/openrlhf.md, "Joint runs": vLLM and DeepSpeed colocated on every GPU, each asleep
 while the other works), which OpenRLHF's README calls its most stable mode.
 """
 

@@ -129,7 +129,7 @@ def real_models(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
     if not SHARED.is_dir():
-        pytest.skip("../shared (the full benchmark files) is absent: only CI and developer machines have it")
+        pytest.skip("../shared (the full benchmark files) is absent: the tests of tests/data run instead")
     return SHARED
 
 

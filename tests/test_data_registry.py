@@ -414,7 +414,7 @@ def test_cli_subcommand(tmp_path, capsys):
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(
-            f"{SHARED_DATA} (the full dataset files) is absent: only CI and developer machines have it"
+            f"{SHARED_DATA} (the full dataset files) is absent: the fixture tests of tests/data run instead"
         )
     return SHARED_DATA
 

@@ -4,6 +4,7 @@ extra; CI requires it with ``HACPO_REQUIRE_DOCS=1``)."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import os
@@ -166,6 +167,10 @@ def test_every_key_and_flag_of_the_reference_says_what_it_means(page):
 USER_PAGES = [ROOT / "README.md", ROOT / "config" / "README.md", ROOT / "profiles" / "README.md",
               ROOT / "results" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]  # fmt: skip
 HISTORY = re.compile(r"\b[Ii]ssues? \d+|\bstops? \d+\b")
+# places only the developers have (a clone has none)
+PRIVATE = re.compile(
+    r"developer machines?|beside the checkout|next to the repository|the build machine", re.I
+)
 HEX = re.compile(r"(?<![\w-])[0-9a-f]{7,40}(?![\w-])")
 TOP = "config|docs|hacpo|scripts|tests|benchmarks|profiles|workflow|envs|spec|shared|notes|\\.ci"
 REPO_PATH = re.compile(rf"(?<![\w./-])(?:\.\./)?(?:{TOP})/[^\s`)\]'\",;|]*")
@@ -193,6 +198,7 @@ def test_a_user_page_holds_no_history_and_names_only_files_a_clone_has(page):
     over 400 lines."""
     text = page.read_text()
     assert not HISTORY.findall(text), HISTORY.findall(text)
+    assert not PRIVATE.findall(text), f"places a clone lacks: {PRIVATE.findall(text)}"
     commits = [h for h in set(HEX.findall(text))
                if subprocess.run(["git", "cat-file", "-e", f"{h}^{{commit}}"], cwd=ROOT,
                                  capture_output=True).returncode == 0]  # fmt: skip
@@ -208,6 +214,45 @@ def test_a_user_page_holds_no_history_and_names_only_files_a_clone_has(page):
             missing.append(named)
     assert not missing, f"paths a clone does not have: {sorted(missing)}"
     assert len(text.splitlines()) <= 400, "split the page: a reader finds nothing in a page this long"
+
+
+# the developers' reference tree beside the checkout: spec/, notes/, shared/ (a clone has none of them)
+CLONE_LACKS = re.compile(r"(?<![\w./-])(?:\.\./)*(?:spec|notes|shared)/[^\s`)\]'\",;|]*")
+
+
+def _docstrings() -> list[tuple[str, str]]:
+    """Every docstring of the package (module, class, function: what the API reference renders) and of the
+    benchmarks (what their ``--help`` shows)."""
+    found = []
+    for path in sorted([*(ROOT / "hacpo").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                if text := ast.get_docstring(node):
+                    found.append((f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 1)}", text))
+    return found
+
+
+def _config_comments() -> list[tuple[str, str]]:
+    """Every comment of the shipped configs (``# ...`` at a line's start or after a space)."""
+    found = []
+    for path in sorted((ROOT / "config").rglob("*.yaml")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if comment := re.search(r"(?:^|\s)#(.*)$", line):
+                found.append((f"{path.relative_to(ROOT)}:{number}", comment.group(1)))
+    return found
+
+
+def test_docstrings_and_config_comments_name_only_files_a_clone_has():
+    """The API reference renders the package's docstrings and users open the configs: like the pages, they
+    name no file of the developers' own tree (spec/, notes/, shared/) nor place (a developer machine), and the
+    comments no issue number.
+    The maths is docs/algorithm.md, whose § marks the code cites."""
+    texts = _docstrings() + _config_comments()
+    assert len(texts) > 500
+    found = {where: CLONE_LACKS.findall(text) + PRIVATE.findall(text) for where, text in texts}
+    assert not {k: v for k, v in found.items() if v}, "files a clone lacks; name docs/ pages instead"
+    history = {where: HISTORY.findall(text) for where, text in _config_comments()}
+    assert not {k: v for k, v in history.items() if v}
 
 
 def test_every_shipped_config_has_a_cost_and_a_reference_row():

@@ -1,4 +1,4 @@
-"""The HACPO maths: pure torch, engine-agnostic, tested against ``spec/hacpo-algorithm.md``.
+"""The HACPO maths: pure torch, engine-agnostic, tested against docs/algorithm.md ("The equations").
 
 - :mod:`~hacpo.algo.advantages` — GRPO group advantages (§2.1); capability-aware joint advantages (§3.2)
 - :mod:`~hacpo.algo.capability` — P̂ window and ω (§3.1)

@@ -1,6 +1,6 @@
 """Group advantages: GRPO/GSPO (own group) and HACPO's capability-aware joint advantages.
 
-Spec references are to ``spec/hacpo-algorithm.md`` (§2.1 GRPO, §3.2 capability-aware advantage, §8 ablations).
+The § marks are docs/algorithm.md's (§2.1 GRPO, §3.2 capability-aware advantage, §8 ablations).
 Shapes: a *joint group* tensor is ``[P, n, G]`` = prompts × agents × responses per agent, built by prompt id
 with :func:`group_by_prompt` (never by position, §3.2.7).
 """

@@ -1,6 +1,6 @@
 """The local engine: a real single-process trainer for every method of the registry (CPU or one GPU).
 
-It follows the per-step procedure of ``spec/hacpo-algorithm.md`` §5 exactly and takes every formula from
+It follows the per-step procedure of docs/algorithm.md (§5) exactly and takes every formula from
 :mod:`hacpo.algo`:
 
 1. the same B prompts for every agent; G rollouts each from the agent's current policy and chat template;

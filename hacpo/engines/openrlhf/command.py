@@ -2,7 +2,7 @@
 
 Every value comes from the run's :class:`~hacpo.config.TrainConfig` (the maths), its :class:`Method` (the
 loss family, sample multiplier, epochs, mini-batch divisor) and :class:`OpenRLHFOptions` (GPUs and memory
-modes). The paper's settings, with the spec sections they come from (``shared/spec/hacpo-algorithm.md``):
+modes). The paper's settings, with the sections of docs/algorithm.md they come from:
 
 =====================================  ===========================================================  ======
 flag                                   value                                                        spec
