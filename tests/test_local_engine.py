@@ -654,3 +654,21 @@ def test_identity_of_runs_from_before_the_precision_option(tmp_path, small_agent
     old = cfg.model_dump(exclude={*runtime, *new, "agents"})
     old["agents"] = [{"name": a.name, "path": a.path} for a in cfg.agents]
     assert cfg.config_hash() == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_a_prompt_is_cached_by_its_problem_not_its_id_alone(small_agent):
+    """Two files may reuse an id for another problem (a train and a validation split written by hand): the
+    agent's prompt cache must render each problem's own text, not the first one seen under that id."""
+    from transformers import AutoTokenizer
+
+    from hacpo.engines.local.agent import Agent
+
+    tok = AutoTokenizer.from_pretrained(small_agent)
+    agent = Agent("a", str(small_agent), None, None, tok, None, None, frozenset(), pad_id=0)
+    first, second = (
+        {"id": "p1", "problem": "1 + 1", "answer": "2"},
+        {"id": "p1", "problem": "7 + 5", "answer": "12"},
+    )
+    a, _ = agent.prompt_ids([first], "compact", "cpu")
+    b, _ = agent.prompt_ids([second], "compact", "cpu")
+    assert "7 + 5" in tok.decode(b[0]) and not torch.equal(a, b)

@@ -49,9 +49,12 @@ class Agent:
         """Left-padded prompt ids ``[B, Tp]`` and mask, rendered with this agent's chat template."""
         seqs = []
         for p in problems:
-            ids = self.prompt_cache.get(p["id"])
+            # keyed by what the prompt is made of, not the id alone: two files (train, validation) may
+            # reuse an id for another problem, and a style change must render anew
+            key = (p.get("id"), p.get("problem", p.get("question")), style)
+            ids = self.prompt_cache.get(key)
             if ids is None:
-                ids = self.prompt_cache[p["id"]] = prompt_ids(self.tok, as_problem(p), style)
+                ids = self.prompt_cache[key] = prompt_ids(self.tok, as_problem(p), style)
             seqs.append(ids)
         ids, mask = left_pad(seqs, self.pad_id)
         return ids.to(device), mask.to(device)
