@@ -8,8 +8,26 @@
 - commands: :mod:`.cli` (``plan``, ``manifest``, ``rescore``, ``profiles``) and :mod:`.status`.
 """
 
-from .config import ConfigError, PipelineConfig, load_pipeline_config
-from .targets import Pipeline, Run, Unrecorded, as_json
+import importlib
+
+# Loaded on first use (PEP 562): `hacpo train` builds its parser with the workflow's subcommands
+# (:mod:`.cli`, :mod:`.status`), which must not cost the schema's and the report's imports every process.
+_EXPORTS = {
+    "ConfigError": ".config",
+    "PipelineConfig": ".config",
+    "load_pipeline_config": ".config",
+    "Pipeline": ".targets",
+    "Run": ".targets",
+    "Unrecorded": ".targets",
+    "as_json": ".targets",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ConfigError",
