@@ -445,10 +445,12 @@ def main(argv: list[str] | None = None) -> int:
     delegated = worker.delegate(argv)  # a warm worker (if the workflow started one) skips the torch import
     if delegated is not None:
         return delegated
+    from hacpo.runio import RunStopped
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, RunStopped) as err:
         if args.debug or os.environ.get("HACPO_DEBUG") == "1":
             raise
         where = f"(the traceback: hacpo --debug {args.command} …, or HACPO_DEBUG=1)"

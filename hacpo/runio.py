@@ -215,6 +215,11 @@ def run_lock(run_dir: str | Path):
         yield run_dir
 
 
+class RunStopped(RuntimeError):
+    """An engine stopped a run for a reason its message names, with what to do next (the CLI prints it as one
+    line); ``run.json`` then says ``failed``, and the run is resumable from its newest checkpoint."""
+
+
 @dataclass
 class RunRecord:
     """``run.json``: what a run is and where it stands. Engines write it (atomically) after every checkpoint

@@ -244,6 +244,22 @@ def test_an_error_is_one_line_naming_debug_which_shows_the_traceback(monkeypatch
         main(["methods"])
 
 
+def test_a_stopped_run_is_one_line_too(monkeypatch, capsys):
+    """An engine's stop (a diverged run: :class:`hacpo.runio.RunStopped`) says what to do in one line."""
+    from hacpo import cli
+    from hacpo.engines.core.nonfinite import Diverged
+
+    def diverged(args):
+        raise Diverged("training diverged at step 4: resume from step 4")
+
+    monkeypatch.setattr(cli, "cmd_methods", diverged)
+    monkeypatch.delenv("HACPO_WORKER", raising=False)
+    monkeypatch.delenv("HACPO_DEBUG", raising=False)
+    assert main(["methods"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "training diverged at step 4" in err
+
+
 def test_a_config_typo_names_the_closest_key_at_any_depth(tmp_path, capsys):
     config = _run_config(tmp_path, lrr=1e-5, openrlhf={"gpus_per_nod": 4}, logging={"wandb": {"projet": "x"}})
     assert main(["train", config]) == 2

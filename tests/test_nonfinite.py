@@ -22,7 +22,7 @@ from hacpo.engines.core.nonfinite import (
     nonfinite_weights,
 )
 from hacpo.engines.core.trackers import NONFINITE_VALUES, scalars
-from hacpo.runio import MetricsLog, read_jsonl
+from hacpo.runio import MetricsLog, RunRecord, read_jsonl
 
 # ----------------------------------------------------------------------------- the engine-agnostic pieces
 
@@ -164,6 +164,8 @@ def test_a_diverging_run_skips_counts_and_stops_before_a_checkpoint(
     assert "training diverged at step 4: agent 'big' had 4 optimizer updates in a row" in text, text
     assert "the first at step 3, update 0" in text and "before the step-5 checkpoint" in text, text
     assert f"step 4 ({Path(cfg.out_dir) / 'checkpoints' / '<agent>' / 'step-4'})" in text, text
+    record = RunRecord.read(cfg.out_dir)  # stopped, resumable: not `running` to `hacpo status`
+    assert (record.status, record.step) == ("failed", 4)
 
     rows = MetricsLog(Path(cfg.out_dir) / "metrics.jsonl").read()
     assert [r["step"] for r in rows] == [0, 1, 2, 3, 4]  # the stopping step's row too: its skips

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from hacpo.runio import Update
+from hacpo.runio import RunStopped, Update
 
 SKIPPED = "nonfinite/skipped"  # an update's metric: 1.0 when its optimizer step was skipped, else 0.0
 NONFINITE_LOGP = "nonfinite/logp"  # 1.0 on an update skipped because the learner's log-probs were not finite
@@ -28,7 +28,7 @@ FIX = (
 )
 
 
-class Diverged(RuntimeError):
+class Diverged(RunStopped):
     """The run diverged: its updates kept producing non-finite losses or gradients, or its weights did."""
 
 

@@ -292,7 +292,11 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
                 bar.update(1)
                 bar.set_postfix({a.name: f"{row[f'{a.name}/reward']:.2f}" for a in self.agents})
 
-        self.loop.run(start, self.train_step, self.validate, self._save_checkpoint, on_row=progress)
+        try:
+            self.loop.run(start, self.train_step, self.validate, self._save_checkpoint, on_row=progress)
+        except Exception:  # stopped by an error: `failed` at its newest checkpoint (resumable), not `running`
+            self._write_run_json("failed", RunRecord.read(self.out).step)
+            raise
         if bar:
             bar.close()
         wall = time.perf_counter() - wall0
