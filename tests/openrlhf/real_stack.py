@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import importlib
 
-from required import missing  # tests/required.py (tests/conftest.py registers it)
-
 NEEDS = (
     "needs the real stack (openrlhf 0.11.2, vllm 0.29.0): bash scripts/setup_rehearsal.sh, then "
     ".venv-rehearsal/bin/python -m pytest tests/openrlhf"
@@ -18,6 +16,10 @@ NEEDS = (
 def require(*modules: str) -> None:
     """Import each of ``modules`` for the test module that calls this at its top: skip it without them, or
     fail it where ``HACPO_REQUIRE_REAL_STACK=1``."""
+    # imported here, not at the top: spawned processes (the weight-sync test's ranks) import this module
+    # without tests/conftest.py, which registers tests/required.py
+    from required import missing
+
     for name in modules:
         try:
             importlib.import_module(name)

@@ -267,7 +267,7 @@ def test_a_verifier_failing_the_whole_first_batch_stops_openrlhfs_own_trainer_be
             "checkpoint_every": 1, "reward": {"file": str(verifier), "name": "always_raises"},
             "openrlhf": {
                 "cpu": True, "gpus_per_node": 1, "max_prompt_tokens": 64, "micro_train_batch_size": 4,
-                "gradient_checkpointing": False, "vllm_gpu_memory_utilization": 0.1, "tensorboard": True,
+                "gradient_checkpointing": False, "vllm_gpu_memory_utilization": 0.1,
             },
         }
     )  # fmt: skip
