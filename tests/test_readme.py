@@ -26,7 +26,7 @@ def commands() -> list[list[str]]:
     chains split)."""
     out = []
     for block in re.findall(r"```bash\n(.*?)```", "\n".join(PAGES.values()), re.S):
-        for line in block.splitlines():
+        for line in block.replace("\\\n", " ").splitlines():  # a continued line is one command
             argv: list[str] = []
             for token in [*shlex.split(line, comments=True), "&&"]:
                 if token != "&&":
