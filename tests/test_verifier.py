@@ -283,6 +283,7 @@ def test_the_local_engine_refuses_a_reward_of_2_at_its_first_step_and_trains_it_
     """A verifier returning 2.0 without a declared range stops the run at its first step, before any update,
     naming the item, the value and `reward.range`; declared `range: [0, 2]`, HACPO trains on the mapped
     [0, 1] values, logs them, and run.json records the mapping."""
+    import psutil
     from toy_runs import toy_train_config
 
     from hacpo.engines.local.trainer import train
@@ -300,6 +301,8 @@ def test_the_local_engine_refuses_a_reward_of_2_at_its_first_step_and_trains_it_
     assert not (tmp_path / "refused" / "hacpo" / "metrics.jsonl").exists() or not list(
         read_jsonl(tmp_path / "refused" / "hacpo" / "metrics.jsonl")
     )  # no step was logged
+    workers = [p for p in psutil.Process().children(recursive=True) if "always_2" in " ".join(p.cmdline())]
+    assert not psutil.wait_procs(workers, timeout=15)[1], "the verifier's workers outlived the stopped run"
     reward = {"file": str(verify), "name": "two_for_a_box", "range": [0, 2]}
     cfg = toy_train_config(tmp_path, agents, "hacpo", data=toy_data, steps=1, reward=reward)
     run = train(cfg)

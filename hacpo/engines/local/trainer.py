@@ -273,7 +273,13 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
     # ----------------------------------------------------------------------------- main loop
     def train(self) -> RunRecord:
         with run_lock(self.out):
-            return self._train()
+            try:
+                return self._train()
+            except Exception:  # stopped by an error: `failed` at its newest checkpoint (resumable)
+                if (record := RunRecord.read(self.out)) is not None and not record.complete:
+                    self._write_run_json("failed", record.step)
+                self.scorer.close()  # its verifier workers go with the run, not with the process
+                raise
 
     def _train(self) -> RunRecord:
         cfg = self.cfg
@@ -292,11 +298,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
                 bar.update(1)
                 bar.set_postfix({a.name: f"{row[f'{a.name}/reward']:.2f}" for a in self.agents})
 
-        try:
-            self.loop.run(start, self.train_step, self.validate, self._save_checkpoint, on_row=progress)
-        except Exception:  # stopped by an error: `failed` at its newest checkpoint (resumable), not `running`
-            self._write_run_json("failed", RunRecord.read(self.out).step)
-            raise
+        self.loop.run(start, self.train_step, self.validate, self._save_checkpoint, on_row=progress)
         if bar:
             bar.close()
         wall = time.perf_counter() - wall0
