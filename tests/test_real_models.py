@@ -9,7 +9,6 @@ Imports are cached per machine (``~/.cache/hacpo/models``): the first costs ≈ 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +30,9 @@ from hacpo.agents.sources import MANIFEST
 def loaded(real_models):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    # one thread: CI runs these beside the real stack's rehearsal, where two threads oversubscribed the two
+    # cores (greedy decoding took 155–225 s a model instead of about 30)
+    torch.set_num_threads(1)
     out = {}
     for name, path in real_models.items():
         model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
