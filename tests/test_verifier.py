@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from polling import wait_for
 
 from hacpo.config import TrainConfig
 from hacpo.reward import CustomReward, Scorer, VerifierError
@@ -534,7 +535,6 @@ def test_on_openrlhf_a_verifier_failing_the_first_batch_stops_the_engine_and_say
     rollouts never complete. One success before that, and later failures only score 0."""
     import json
     import threading
-    import time
 
     stop = tmp_path / "verifier_stop.json"
     monkeypatch.setenv("HACPO_REWARD", json.dumps({"file": str(FIXTURE), "name": first}))
@@ -555,9 +555,7 @@ def test_on_openrlhf_a_verifier_failing_the_first_batch_stops_the_engine_and_say
         held = threading.Thread(target=call, args=("boom",), daemon=True)
         held.start()
         if first == "always_raises":
-            deadline = time.monotonic() + 20
-            while not stop.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
+            wait_for(stop.exists, 20, "the reward file's stop file")
             held.join(timeout=0.5)
             assert held.is_alive(), "the third failing call must hold until the runner stops the job"
             report = json.loads(stop.read_text())
@@ -576,7 +574,6 @@ def test_on_openrlhf_a_reward_outside_its_range_stops_the_engine_at_any_step(tmp
     import json
     import sys
     import threading
-    import time
 
     from hacpo.engines.openrlhf.runner import launch_subprocess
     from hacpo.reward import RewardRangeError
@@ -594,9 +591,7 @@ def test_on_openrlhf_a_reward_outside_its_range_stops_the_engine_at_any_step(tmp
         args = (["q answer: 3"], ["q"], [label])
         held = threading.Thread(target=module.reward_func, args=args, daemon=True)
         held.start()
-        deadline = time.monotonic() + 20
-        while not stop.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(stop.exists, 20, "the reward file's stop file")
         held.join(timeout=0.5)
         assert held.is_alive(), "the call must hold until the runner stops the job"
         report = json.loads(stop.read_text())

@@ -146,7 +146,13 @@ def _compare(local, vllm, problems: list[dict], sampling, reward, show: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from hacpo.eval.run import Sampling, read_benchmark, recorded_verifier, reward_from_spec
+    from hacpo.eval.run import (
+        Sampling,
+        loadable_verifier,
+        read_benchmark,
+        recorded_verifier,
+        reward_from_spec,
+    )  # fmt: skip
 
     p = argparse.ArgumentParser(prog="python -m hacpo.eval.agreement", description=__doc__.split("\n\n")[0])
     p.add_argument("model", help="a Hugging Face model directory (e.g. results/models/smollm2)")
@@ -172,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         reward, _, notes = recorded_verifier(args.audit)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
-        reward = reward if isinstance(reward, str) else {k: v for k, v in reward.items() if k != "sha256"}
+        reward = loadable_verifier(reward)
     sampling = Sampling(max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style)
     benchmarks = {Path(b).stem: read_benchmark(b, limit=args.limit) for b in args.benchmarks}
     report = agreement(

@@ -88,12 +88,12 @@ def reward_from_spec(text: str) -> str | dict:
 
 
 def _name(reward: str | dict) -> str:
-    return reward if isinstance(reward, str) else CustomReward(**_loadable(reward)).target
+    return reward if isinstance(reward, str) else CustomReward(**loadable_verifier(reward)).target
 
 
-def _loadable(reward: str | dict) -> str | dict:
-    """The record without its hash: rescoring with a verifier edited since (a fixed one) is allowed; the
-    change is noted instead (:func:`recorded_verifier`)."""
+def loadable_verifier(reward: str | dict) -> str | dict:
+    """A recorded verifier without its hash, as ``Scorer(reward=…)`` loads it: rescoring with a verifier
+    edited since (a fixed one) is allowed; the change is noted instead (:func:`recorded_verifier`)."""
     return reward if isinstance(reward, str) else {k: v for k, v in reward.items() if k != "sha256"}
 
 
@@ -275,11 +275,11 @@ def rescore(
     recorded, source, notes = recorded_verifier(samples, rows)
     if reward is not None:
         asked = verifier_record(reward)
-        if source == "audit" and _loadable(asked) != _loadable(recorded):
+        if source == "audit" and loadable_verifier(asked) != loadable_verifier(recorded):
             notes.append(f"scored with {_name(asked)} as asked, not with {_name(recorded)}, the verifier "
                          f"{samples} records")  # fmt: skip
-        recorded, source = verifier_record(reward), "argument"
-    use = _loadable(recorded)
+        recorded, source = asked, "argument"
+    use = loadable_verifier(recorded)
     try:
         verifier = verifier_record(use)
     except VerifierError as err:

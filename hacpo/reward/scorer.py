@@ -177,8 +177,10 @@ class Scorer:
             raise ValueError(f"{len(responses)} responses but {len(golds)} golds")
         if self.verifier is not None:
             values = self.score(responses, golds, metadata, ids)
-            verdicts = [{"extracted": None, "correct": is_correct(v), "method": "verifier"} for v in values]
-            return [d | {"reward": v} for d, v in zip(verdicts, values, strict=True)]
+            return [
+                {"extracted": None, "correct": is_correct(v), "method": "verifier", "reward": v}
+                for v in values
+            ]
         with self._lock:
             if self._closed:
                 raise RuntimeError("Scorer is closed")
