@@ -112,7 +112,7 @@ def record(folder: Path, config: str, wall: str | None, path: Path = DATA) -> li
         else:
             data["measurements"].append(entry)
     old = path.read_text()
-    header = old[: old.index("configs:")] if "\nconfigs:" in old else ""  # the comments above the data
+    header = old[: old.index("\nconfigs:") + 1] if "\nconfigs:" in old else ""  # the comments above the data
     write_atomic(path, header + yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=116))
     return list(new)
 
