@@ -1,4 +1,4 @@
-"""HACPO vs GSPO×2 vs GSPO on one GPU with the local engine, side by side in one process (issue 12).
+"""HACPO vs GSPO×2 vs GSPO on one GPU with the local engine, side by side in one process.
 
     python benchmarks/bench_gpu.py [--pairs small,realistic] [--steps 2] [--out results/bench/gpu]
     python benchmarks/bench_gpu.py --tiny --device cpu      # the same code paths in seconds, on a CPU
@@ -15,7 +15,7 @@ Two pairs (each: GSPO on either agent, GSPO×2 on either agent, HACPO on both, o
   advantages, cross terms, ω — runs; its accuracies mean nothing and are labelled as such.
 
 Per run: seconds per step by phase, generated tokens per second, peak GPU memory per phase (the allocator's
-peak, reset at each phase) and of the run; then the paper's Table 7/8 analogues and the goals of issue 12:
+peak, reset at each phase) and of the run; then the paper's Table 7/8 analogues and the goals of docs/performance.md ("On one GPU"):
 HACPO / GSPO×2 step time ≤ 0.65, HACPO / (GSPO A + GSPO B) ≤ 1.15, HACPO peak memory ≤ GSPO×2's + 1 point of
 the device. A goal missed is printed with its figure and where the time goes. Results:
 ``<out>/bench_gpu.json`` and ``<out>/bench_gpu.md``.
@@ -138,7 +138,7 @@ def run(
     out: Path, method: str, agents: dict, names: list[str], data: Path, args, realistic: bool,
     lora: int | None = None,
 ) -> dict:
-    """One run of ``method``; ``lora``: every agent trains a LoRA adapter of that rank (issue 42)."""
+    """One run of ``method``; ``lora``: every agent trains a LoRA adapter of that rank."""
     from hacpo.engines.local import trainer as tr
 
     # mini-batch = half a GSPO step (the paper's 512 of 1,024): GSPO 2 updates, GSPO×2 and HACPO 4
@@ -209,7 +209,7 @@ def compare(results: list[dict], total_mb: float | None) -> dict:
         ratios["hacpo_memory_pct"] = 100 * joint["peak_gpu_mem_mb"] / total_mb
         ratios["gspo_x2_memory_pct"] = 100 * x2_mem / total_mb
     lora = next((r for r in results if r["method"].startswith("hacpo+lora")), None)
-    if lora is not None:  # issue 42: the same HACPO step with adapters
+    if lora is not None:  # the same HACPO step with adapters
         ratios["hacpo_lora_over_hacpo_step"] = lora["step_s"] / joint["step_s"]
         if total_mb:
             ratios["hacpo_lora_memory_pct"] = 100 * lora["peak_gpu_mem_mb"] / total_mb

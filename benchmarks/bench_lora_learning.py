@@ -1,4 +1,4 @@
-"""Does LoRA learn as much as full fine-tuning? GSPO on SmolLM2-135M-Instruct, ADD2, over seeds (issue 42).
+"""Does LoRA learn as much as full fine-tuning? GSPO on SmolLM2-135M-Instruct, ADD2, over seeds.
 
     python benchmarks/bench_lora_learning.py --model results/models/smollm2 --data DIR \
         [--steps 24] [--seeds 0 1 2] [--full-lr 1e-5] [--lora-lrs 1e-4 3e-4] [--rank 8] [--out FILE]

@@ -18,7 +18,7 @@ ten, hangs on one and scores NaN on one (30-s deadline): seconds, and whether ev
 and hangs on one: seconds, and whether every good item was scored.
 
 ``--hanging-verifier A B``: a toy HACPO run whose verifier of your own hangs on one prompt in ten, against the
-same run with it well behaved (issue 43: seconds per step, items retried, timed out and shared);
+same run with it well behaved (seconds per step, items retried, timed out and shared);
 ``--hang-verifier misbehaves_on_three_in_ten``: one that raises, hangs and scores NaN on one item in ten
 each, with the bad items and the good ones scored right counted.
 
@@ -310,7 +310,7 @@ def _account(seen: list[tuple[str, str, float]]) -> None:
 def bench_hanging_verifier(agents: list[str], data: str, steps: int, timeout_s: float | None,
                            engine: str = "local", reward_file: str | None = None,
                            verifier: str = "hangs_on_one_prompt_in_ten") -> None:  # fmt: skip
-    """Issue 43: a toy HACPO run (2 agents, 8 prompts × G 8) with a verifier of your own that hangs on one
+    """A toy HACPO run (2 agents, 8 prompts × G 8) with a verifier of your own that hangs on one
     prompt in ten, against the same run with it well behaved; seconds per step and the verifier's counts.
     ``engine="openrlhf"``: the joint run on the real stack (CPU rehearsal settings; agents vLLM serves, e.g.
     .cache/test-agents/rehearsal-{llama,qwen}); ``reward_file``: another reward file for OpenRLHF's engines
@@ -459,7 +459,7 @@ def bench_slow_verifier(timeout_s: float, workers: int, n: int = 256) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hanging-verifier", nargs=2, metavar=("AGENT_A", "AGENT_B"),
-                    help="only the hanging-verifier case (issue 43), on these two toy agents")  # fmt: skip
+                    help="only the hanging-verifier case, on these two toy agents")  # fmt: skip
     ap.add_argument("--hang-data", default=".cache/test-agents/data-add2-s0", help="its train.jsonl's folder")
     ap.add_argument("--hang-steps", type=int, default=3)
     ap.add_argument("--hang-timeout", type=float, default=None, help="the verifier's deadline (default 30 s)")

@@ -5,7 +5,7 @@
 
 Each setting runs ``hacpo train`` (one step, a fresh process, so ``mem/peak_rss_mb`` is that step's peak)
 with ``HACPO_LOGITS_BUDGET`` at 2^24 floats (slices: the default) or 2^40 (one slice: every pass builds its
-full ``[rows, tokens, V]`` logits, as before issue 35). The fixed part, by arithmetic: each agent's weights,
+full ``[rows, tokens, V]`` logits, as before the head was sliced). The fixed part, by arithmetic: each agent's weights,
 gradients and two AdamW states, plus a reference model when ``kl_beta > 0`` (fp32: 4 B each). Numbers in
 docs/performance.md ("Real models on a laptop"). The runtime (interpreter, torch, both tokenizers) is
 measured too: it is part of every peak, whatever the step does.

@@ -1,4 +1,4 @@
-"""GPU memory of a HACPO run's fixed part by arithmetic: full fine-tuning against LoRA adapters (issue 42).
+"""GPU memory of a HACPO run's fixed part by arithmetic: full fine-tuning against LoRA adapters.
 
     python benchmarks/lora_memory.py [--rank 8] [--out docs/lora_memory.md]
 

@@ -46,7 +46,7 @@ def option(default=..., *, group: str, help: str, runtime: bool = False, **const
     return Field(default, description=help, json_schema_extra=extra, **constraints)
 
 
-# One switch for "as the authors ran it" versus "as the paper describes it" (issue 25, spec §10): each preset
+# One switch for "as the authors ran it" versus "as the paper describes it": each preset
 # sets every choice of the released code that changes numbers; a key given explicitly wins over its preset
 # (allowed, and recorded: TrainConfig.preset_overrides).
 FIDELITY: dict[str, dict[str, str]] = {

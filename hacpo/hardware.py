@@ -86,7 +86,7 @@ def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
 
 
 # Flags of CPUs that compute bf16 matmuls in hardware; on others (AVX-512 alone) oneDNN emulates bf16 and a
-# bf16-autocast forward of SmolLM2 ran 4.0× slower than fp32 (issue 42).
+# bf16-autocast forward of SmolLM2 ran 4.0× slower than fp32.
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 

@@ -1,5 +1,5 @@
 """Where a run directory stands, read one way by ``hacpo train --marker`` (reuse, resume or move aside) and by
-``hacpo status`` (issue 31), beside the run-directory contract (:mod:`hacpo.runio`).
+``hacpo status``, beside the run-directory contract (:mod:`hacpo.runio`).
 
 A run directory is
 

@@ -384,7 +384,7 @@ class Validation:
 
 
 class Update:
-    """The fields of an ``updates.jsonl`` row: one per optimizer update of one learner (issue 25), written by
+    """The fields of an ``updates.jsonl`` row: one per optimizer update of one learner, written by
     :func:`hacpo.engines.core.metrics.update_record`; the figure of cross rows inside the clip reads them."""
 
     STEP, AGENT, UPDATE = "step", "agent", "update"  # the run's step, the learner's name, m within the step

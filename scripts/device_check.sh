@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# One prepared run on a lent GPU machine (issue 12; docs/performance.md "On one GPU"): under 8 minutes
+# One prepared run on a lent GPU machine (docs/performance.md "On one GPU"): under 8 minutes
 # expected, 10 at the most (the timeouts sum to 570 s + kill grace; run it with timeout_s=600):
 #   1. the device-sensitive tests on CUDA (HACPO_TEST_DEVICE=cuda): the local engine, models and decoding,
 #      agents, evaluation settings, CLI;
 #   2. hacpo eval on CUDA with fp32 and bf16 weights (200 toy problems each);
 #   3. benchmarks/bench_gpu.py: HACPO vs GSPO×2 vs GSPO on a warmed ~3M/25M pair and a random
 #      Qwen3-0.6B/1.7B-shaped pair (declared synthetic reward), 2 steps each, and HACPO with rank-8 LoRA
-#      adapters on each pair (issue 42);
+#      adapters on each pair;
 #   (tests/test_adapters.py joins the CUDA tests: LoRA's adapter-off reference, resume, eval and export)
 # Results under $OUT (default results/device): versions, nvidia-smi, pytest.txt, bench/bench_gpu.{json,md}.
-# Carry .device-wheels (scripts/device_wheels.sh) and .cache/test-agents (the tests' warmed toy agents).
+# How to run it (one call, < 8 minutes expected): `bash scripts/device_wheels.sh` on this machine first
+# (math-verify, pydantic, hypothesis and peft wheels for the GPU machine's Python 3.12, ≈ 11 MB, into
+# .device-wheels/; the GPU machine needs no internet), then on the GPU machine `bash scripts/device_check.sh`
+# carrying .device-wheels and .cache/test-agents (the tests' warmed toy agents, so no warm-up runs there).
+# bench/bench_gpu.{json,md} is rewritten after every run, so a time limit keeps the runs done; its tables go
+# into docs/performance.md ("On one GPU").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/device}

@@ -242,6 +242,31 @@ def _config_comments() -> list[tuple[str, str]]:
     return found
 
 
+def _code_comments() -> list[tuple[str, str]]:
+    """Every ``#`` comment of the package, the workflow, the scripts and the benchmarks, and the scripts'
+    docstrings (what their ``--help`` shows)."""
+    found = []
+    paths = [ROOT / "Snakefile", *(ROOT / "workflow").rglob("*.smk"), *(ROOT / "scripts").glob("*.sh")]
+    paths += [p for d in ("hacpo", "scripts", "benchmarks") for p in (ROOT / d).rglob("*.py")]
+    for path in sorted(paths):
+        text = path.read_text()
+        for number, line in enumerate(text.splitlines(), 1):
+            if comment := re.search(r"(?:^|\s)#(?![!{'\"])(.*)$", line):
+                found.append((f"{path.relative_to(ROOT)}:{number}", comment.group(1)))
+        if path.parent.name == "scripts" and path.suffix == ".py" and (doc := ast.get_docstring(ast.parse(text))):
+            found.append((f"{path.relative_to(ROOT)}:1", doc))
+    return found
+
+
+def test_docstrings_and_code_comments_hold_no_issue_number():
+    """Issue numbers are history (git holds it): a docstring, a config's or the code's comment keeps the sense
+    of its sentence without them."""
+    texts = _docstrings() + _config_comments() + _code_comments()
+    assert len(texts) > 2000
+    history = {where: found for where, text in texts if (found := re.findall(r"\b[Ii]ssues? \d+", text))}
+    assert not history, f"issue numbers (say what the code does instead): {history}"
+
+
 def test_docstrings_and_config_comments_name_only_files_a_clone_has():
     """The API reference renders the package's docstrings and users open the configs: like the pages, they
     name no file of the developers' own tree (spec/, notes/, shared/) nor place (a developer machine), and the

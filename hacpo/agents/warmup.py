@@ -120,7 +120,7 @@ def _save_atomically(out_dir: Path, model, tok, meta: dict) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Pretrained models: the same warm-up on an imported model (issue 44's warmed agents)
+# Pretrained models: the same warm-up on an imported model (the real pairs' warmed agents)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""One answer from both engines (issue 36): the same checkpoint, greedy, on the same items, by vLLM and by the
+"""One answer from both engines: the same checkpoint, greedy, on the same items, by vLLM and by the
 local engine (transformers).
 
 Greedy decoding is a function of the weights, the prompt ids and the stop ids, so two engines that agree on

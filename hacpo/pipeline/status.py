@@ -36,7 +36,7 @@ class RunStatus:
     elapsed_s: float | None
     left_s: float | None
     moved_aside: int
-    verifying: float | None = None  # share of the run's step time a custom verifier took (issue 43)
+    verifying: float | None = None  # share of the run's step time a custom verifier took
 
     @property
     def group(self) -> str:

@@ -46,7 +46,7 @@ TARGET = re.compile(
 
 
 def results_dir(cfg: PipelineConfig, config_files: list[str]) -> str:
-    """A workflow config's own results folder (issue 43): its ``results_dir:``, else ``results/<name>`` after
+    """A workflow config's own results folder: its ``results_dir:``, else ``results/<name>`` after
     the (last) config file, ``config/countdown.yaml`` → ``results/countdown``; ``results/config`` for the
     default ``config/config.yaml`` (and for a config given as a dict only)."""
     if cfg.results_dir:

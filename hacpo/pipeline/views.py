@@ -128,7 +128,7 @@ class Views(ClaimViews):
         return sorted(set(files)), checked(TableSpec, {**common, **out})
 
     def recipe_note(self, spec) -> str:
-        """What a table's (or an updates figure's) caption says of how its runs trained (issue 25): the
+        """What a table's (or an updates figure's) caption says of how its runs trained: the
         fidelity preset and its choices (mini-batch order, cross EOS, identical tokenizers, reward), per group
         of rows where they differ."""
         pairs = getattr(spec, "pairs", None) or [spec.pair]

@@ -261,7 +261,7 @@ def headline(rows: list[dict]) -> str:
 
 
 def claims_table(spec: dict) -> Table:
-    """The scorecard (issue 30): one row per claim × pair × agent with its paired difference over seeds,
+    """The scorecard: one row per claim × pair × agent with its paired difference over seeds,
     95 % t interval, verdict, Holm's verdict, rliable's probability of improvement and the paper's effect
     (:mod:`hacpo.report.claims`, docs/statistics.md). Its CSV has the claims columns
     (:data:`~hacpo.report.CLAIM_COLUMNS`); ``<prefix>_seeds.csv`` holds every seed's values,

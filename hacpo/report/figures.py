@@ -6,7 +6,7 @@
 - ``kind: "steps"``: per-agent fields of the runs' ``metrics.jsonl`` (reward, the summed own-row advantage,
   the share of cross rows inside the stepwise clip, s_hete, …) against the step, a panel per agent and field;
 - ``kind: "updates"``: the share of a learner's cross rows inside the stepwise clip [lo_m, 1] (those that can
-  carry gradient) against the update m within a step, from the runs' ``updates.jsonl`` (issue 25): where the
+  carry gradient) against the update m within a step, from the runs' ``updates.jsonl``: where the
   mini-batch order puts cross rows decides how many meet the tighter early bounds.
 
 With several points per x (seeds; steps for ``updates``) seaborn draws the mean and a 95 % bootstrap band.

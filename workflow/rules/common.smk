@@ -17,7 +17,7 @@ from hacpo.pipeline.targets import TARGET_PATTERN
 # Validates the whole config (key-path errors) before any job runs.
 PIPE = Pipeline(config, base_dir=workflow.basedir, config_files=workflow.configfiles)
 put_interpreter_on_path()
-# Each config writes only under its own folder: results/<config name>, or its `results_dir:` (issue 43).
+# Each config writes only under its own folder: results/<config name>, or its `results_dir:`.
 check_results_owner(PIPE)
 check_results_from(PIPE)  # other machines' folders a scorecard pools
 # a GPU profile with a CPU config: refused before anything is submitted

@@ -54,7 +54,7 @@ rule import_model:
 
 
 # An imported model after a short SFT on the task's train split (`warm: {from: MODEL, …}`): the warm-up
-# issue 44's real pairs need. Written like an import (its manifest records the base and the recipe).
+# the real pairs need. Written like an import (its manifest records the base and the recipe).
 rule warm_model:
     input:
         base=lambda w: PIPE.import_marker(PIPE.cfg.models[w.model].warm.base),

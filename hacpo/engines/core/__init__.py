@@ -1,4 +1,4 @@
-"""What both engines share of a run (issue 23): :mod:`.loop`, the run loop around the steps, and
+"""What both engines share of a run: :mod:`.loop`, the run loop around the steps, and
 :mod:`.step`, one step of any method over an engine's agents, :mod:`.metrics`, the loss metrics merged
 over an update's parts and a step's updates."""
 

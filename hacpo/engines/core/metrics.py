@@ -1,4 +1,4 @@
-"""A learner's loss metrics, merged once for both engines (issues 23 and 25).
+"""A learner's loss metrics, merged once for both engines.
 
 An engine's update (one optimizer step m) may run as parts: the local engine's micro-batches, OpenRLHF's
 micro-batches on each data-parallel rank. :func:`merge_parts` makes the update's metrics of its parts' —

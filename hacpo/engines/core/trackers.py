@@ -1,4 +1,4 @@
-"""Live curves of a run for people watching it (issue 31): TensorBoard scalars written by the run loop
+"""Live curves of a run for people watching it: TensorBoard scalars written by the run loop
 (:class:`~hacpo.engines.core.loop.RunLoop`) beside the logs it owns, for both engines' joint runs and the
 local engine's single-agent runs.
 

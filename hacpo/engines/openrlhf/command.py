@@ -79,7 +79,7 @@ class Layout:
     def rollouts(self) -> Path:  # the reward file's record of each launch's trained samples
         return self.root / "rollouts.jsonl"
 
-    # joint runs (issue 11): one OpenRLHF agent stack per agent, the controller's state beside them
+    # joint runs: one OpenRLHF agent stack per agent, the controller's state beside them
     def agent(self, name: str) -> AgentLayout:
         return AgentLayout(self.root / "agents" / name)
 

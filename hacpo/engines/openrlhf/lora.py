@@ -1,4 +1,4 @@
-"""LoRA adapters on the OpenRLHF engine (issue 42): OpenRLHF builds and trains them, hacpo serves them to
+"""LoRA adapters on the OpenRLHF engine: OpenRLHF builds and trains them, hacpo serves them to
 vLLM.
 
 - **Training**: OpenRLHF's own options (``--ds.lora.rank/alpha/dropout/target_modules``, written by

@@ -16,7 +16,7 @@ Three promises, each tested against OpenRLHF's own loader and executor:
   processes (``HACPO_REWARD_WORKERS``, default 2 per rollout actor) that are killed after ``timeout_s``;
 - **total**: OpenRLHF swallows a raising reward function and fails much later in unrelated code, so every
   failure scores 0 and is counted in ``extra_logs["reward_error"]``;
-- **concurrent calls scored together** (issue 43): a call waits a few milliseconds for the other samples in
+- **concurrent calls scored together**: a call waits a few milliseconds for the other samples in
   flight and an engine's calls are scored as one batch (:class:`_Batcher`), so a verifier of your own runs as
   on the local engine: identical items once, a failed batch's items retried in parallel, a retry budget per
   rollout phase (``HACPO_REWARD_STEP_GAP_S`` without calls starts a new one), instead of one sample at a time

@@ -207,7 +207,7 @@ def resumable_joint_step(layout: Layout) -> int:
 
 
 def intact_joint_step(cfg: TrainConfig, layout: Layout, say=print) -> int:
-    """A joint run's resume step, checked (issue 43): the newest checkpointed step whose DeepSpeed folders
+    """A joint run's resume step, checked: the newest checkpointed step whose DeepSpeed folders
     (``_actor/global_step<N>``) are intact for every agent against their manifests. A broken one is moved to
     the agent's ``ckpt/broken-global_step<N>`` (out of OpenRLHF's rotation), named with why; the controller
     state then falls back to that step, with the capability window it had there, and the steps to be trained

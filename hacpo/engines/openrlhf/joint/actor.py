@@ -1,4 +1,4 @@
-"""HACPO's training step inside OpenRLHF's actor: a plain subclass of ``ActorPPOTrainer`` (issue 11).
+"""HACPO's training step inside OpenRLHF's actor: a plain subclass of ``ActorPPOTrainer``.
 
 ``ppo_train`` orders the learner's rows (the run's ``minibatch_order``, as the local engine does), cuts them
 into micro-batches, groups ``gas`` micro-batches per optimizer step m, gives each micro-batch the step's

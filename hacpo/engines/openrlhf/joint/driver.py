@@ -1,6 +1,6 @@
 """``python -m hacpo.engines.openrlhf.joint.driver <run>/openrlhf/joint.json``: a joint run on OpenRLHF.
 
-Mirrors OpenRLHF's ``train_ppo_ray.train()`` with one agent stack per model (issue 11, notes §2.2):
+Mirrors OpenRLHF's ``train_ppo_ray.train()`` with one agent stack per model:
 
 1. every agent's arguments go through OpenRLHF's own parser, ``hierarchize`` and checks
    (:func:`parse_args`), then ``get_strategy`` — each agent keeps its own model, lr and lengths;

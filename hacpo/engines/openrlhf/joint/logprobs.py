@@ -1,4 +1,4 @@
-"""The actor's log-probs of response tokens without a ``[rows, tokens, V]`` logits tensor (issue 36).
+"""The actor's log-probs of response tokens without a ``[rows, tokens, V]`` logits tensor.
 
 OpenRLHF's ``Actor.forward`` runs the whole causal LM: full-vocabulary logits for every position of a
 micro-batch, a float32 copy of them, then the chosen tokens' log-probs (``log_softmax`` by chunks of 1,024

@@ -1,4 +1,4 @@
-"""A learner's training rows as OpenRLHF ``Experience``s: own rows, cross rows, joint advantages (issue 11).
+"""A learner's training rows as OpenRLHF ``Experience``s: own rows, cross rows, joint advantages.
 
 Rows are single-sample ``Experience``s, the unit OpenRLHF's replay buffer holds (``split_experience_batch``
 then ``remove_padding_in_sequences``). HACPO's per-row fields travel in ``info`` as scalars, so they survive

@@ -1,4 +1,4 @@
-"""One agent of a joint run on OpenRLHF: its vLLM engines, DeepSpeed actor and reference groups (issue 11).
+"""One agent of a joint run on OpenRLHF: its vLLM engines, DeepSpeed actor and reference groups.
 
 :class:`OpenRLHFStack` is the :class:`~.controller.AgentStack` the controller drives, made of OpenRLHF's own
 classes with this agent's own arguments (model, lengths, lr: ``args`` parsed from

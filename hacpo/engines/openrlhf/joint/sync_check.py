@@ -1,4 +1,4 @@
-"""Does each agent's vLLM engine hold its DeepSpeed actor's weights after a weight sync? (issue 36)
+"""Does each agent's vLLM engine hold its DeepSpeed actor's weights after a weight sync?
 
 ``python -m hacpo.engines.openrlhf.launch [--cpu] hacpo.engines.openrlhf.joint.driver JOINT --sync-check OUT``
 (what :func:`hacpo.engines.openrlhf.runner.sync_check` runs inside the job's Ray cluster; ``JOINT``: the run's
