@@ -15,9 +15,10 @@ Two pairs (each: GSPO on either agent, GSPO×2 on either agent, HACPO on both, o
   advantages, cross terms, ω — runs; its accuracies mean nothing and are labelled as such.
 
 Per run: seconds per step by phase, generated tokens per second, peak GPU memory per phase (the allocator's
-peak, reset at each phase) and of the run; then the paper's Table 7/8 analogues and the goals of docs/performance.md ("On one GPU"):
-HACPO / GSPO×2 step time ≤ 0.65, HACPO / (GSPO A + GSPO B) ≤ 1.15, HACPO peak memory ≤ GSPO×2's + 1 point of
-the device. A goal missed is printed with its figure and where the time goes. Results:
+peak, reset at each phase) and of the run; then the paper's Table 7/8 analogues and the goals that
+docs/performance.md ("On one GPU") states: HACPO / GSPO×2 step time ≤ 0.65, HACPO / (GSPO A + GSPO B) ≤ 1.15,
+HACPO peak memory ≤ GSPO×2's + 1 point of the device. A goal missed is printed with its figure and where the
+time goes. Results:
 ``<out>/bench_gpu.json`` and ``<out>/bench_gpu.md``.
 """
 

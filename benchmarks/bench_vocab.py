@@ -3,11 +3,11 @@
     python benchmarks/bench_vocab.py --pair results/models/smollm2 results/models/gemma3 \
         [--precision fp32] [--checkpointing off on] [--budgets full 16777216]
 
-Each setting runs ``hacpo train`` (one step, a fresh process, so ``mem/peak_rss_mb`` is that step's peak)
-with ``HACPO_LOGITS_BUDGET`` at 2^24 floats (slices: the default) or 2^40 (one slice: every pass builds its
-full ``[rows, tokens, V]`` logits, as before the head was sliced). The fixed part, by arithmetic: each agent's weights,
-gradients and two AdamW states, plus a reference model when ``kl_beta > 0`` (fp32: 4 B each). Numbers in
-docs/performance.md ("Real models on a laptop"). The runtime (interpreter, torch, both tokenizers) is
+Each setting runs ``hacpo train`` (one step, a fresh process, so ``mem/peak_rss_mb`` is that step's peak) with
+``HACPO_LOGITS_BUDGET`` at 2^24 floats (slices: the default) or 2^40 (one slice: every pass builds its full
+``[rows, tokens, V]`` logits, as before the head was sliced). The fixed part, by arithmetic: each agent's
+weights, gradients and two AdamW states, plus a reference model when ``kl_beta > 0`` (fp32: 4 B each). Numbers
+in docs/performance.md ("Real models on a laptop"). The runtime (interpreter, torch, both tokenizers) is
 measured too: it is part of every peak, whatever the step does.
 """
 

@@ -11,7 +11,8 @@ RSS from its profile.json where the warm worker ran the job), the folder's size 
 (this one's CPU). ``--record`` writes the folder's jobs, peak memory and disk (and a wall time you measured)
 into docs/measurements.yaml with this machine and today's date, atomically; ``--render`` rewrites the cost
 table between ``<!-- measurements:begin cost-table -->`` and ``<!-- measurements:end -->`` and every figure
-marked ``<!-- m:ID -->…<!-- /m -->`` (``m:ID:machine``, ``m:ID:date``: its machine, its date) in docs/performance.md from the data file.
+marked ``<!-- m:ID -->…<!-- /m -->`` (``m:ID:machine``, ``m:ID:date``: its machine, its date) in
+docs/performance.md from the data file.
 """
 
 from __future__ import annotations
@@ -71,14 +72,14 @@ def _cells(folder: Path) -> dict:
     c = folder_cost(folder)
     hours, rest = divmod(round(c["job_s"]), 3600)
     wall = f"{hours} h {rest // 60} min" if hours else f"{rest // 60} min {rest % 60} s"
-    return {"jobs": str(c["jobs"]), "job time (summed)": wall, "peak memory of a job": f"{c['peak_mb'] / 1000:.1f} GB",
-            "disk": f"{c['disk_gb']:.1f} GB"}  # fmt: skip
+    memory, disk = f"{c['peak_mb'] / 1000:.1f} GB", f"{c['disk_gb']:.1f} GB"
+    return {"jobs": str(c["jobs"]), "job time (summed)": wall, "peak memory of a job": memory, "disk": disk}
 
 
 def row(folder: Path) -> str:
     c = _cells(folder)
     when = f"{machine_type(machine())}, {date.today().isoformat()}"
-    cells = [f"`{folder.name}`", c["jobs"], c["job time (summed)"], c["peak memory of a job"], c["disk"], when]
+    cells = [f"`{folder.name}`", *c.values(), when]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -124,7 +125,8 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def _first(data: dict, config: str, quantity: str) -> dict | None:
-    return next((m for m in data["measurements"] if m["config"] == config and m["quantity"] == quantity), None)
+    found = (m for m in data["measurements"] if m["config"] == config and m["quantity"] == quantity)
+    return next(found, None)
 
 
 def cost_table(data: dict) -> str:
@@ -149,8 +151,8 @@ def cost_table(data: dict) -> str:
             measured = next(iter(sources), "not measured")
         name = about.get("name", f"`{config}`")
         lines.append("| " + " | ".join([name, runs, *cells, about["gpus"], measured]) + " |")
-    lines += ["", "A config's figures live in [measurements.yaml](measurements.yaml), each with the command that "
-              "measured it; not measured: run the config, then `python scripts/cost_table.py --record "
+    lines += ["", "A config's figures live in [measurements.yaml](measurements.yaml), each with the command "
+              "that measured it; not measured: run the config, then `python scripts/cost_table.py --record "
               "results/<name>` records its jobs, peak memory and disk, and `--render` rewrites this table."]
     return "\n".join(lines) + "\n"
 
@@ -158,7 +160,7 @@ def cost_table(data: dict) -> str:
 def render(text: str, data: dict) -> str:
     """``text`` (docs/performance.md) with its cost table and marked figures made from ``data``."""
     if not TABLE.search(text):
-        raise ValueError(f"{PAGE}: no <!-- measurements:begin cost-table --> … <!-- measurements:end --> markers")
+        raise ValueError(f"{PAGE}: no <!-- measurements:begin cost-table --> … <!-- measurements:end -->")
     entries = {m["id"]: m for m in data["measurements"]}
     unknown = sorted({key for key, *_ in FIGURE.findall(text) if key not in entries})
     if unknown:
@@ -176,8 +178,8 @@ def render(text: str, data: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", help="results folders (results/<config name>)")
-    ap.add_argument("--render", action="store_true", help=f"rewrite {PAGE.relative_to(ROOT)} from the data file")
-    ap.add_argument("--record", action="store_true", help=f"record each folder into {DATA.relative_to(ROOT)}")
+    ap.add_argument("--render", action="store_true", help="rewrite docs/performance.md from the data file")
+    ap.add_argument("--record", action="store_true", help="record each folder into docs/measurements.yaml")
     ap.add_argument("--config", help="the config a recorded folder ran (default: <folder name>.yaml)")
     ap.add_argument("--wall", help='the wall time of the command you measured, e.g. "8 min 23 s"')
     args = ap.parse_args(argv)

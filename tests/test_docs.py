@@ -253,7 +253,8 @@ def _code_comments() -> list[tuple[str, str]]:
         for number, line in enumerate(text.splitlines(), 1):
             if comment := re.search(r"(?:^|\s)#(?![!{'\"])(.*)$", line):
                 found.append((f"{path.relative_to(ROOT)}:{number}", comment.group(1)))
-        if path.parent.name == "scripts" and path.suffix == ".py" and (doc := ast.get_docstring(ast.parse(text))):
+        script = path.parent.name == "scripts" and path.suffix == ".py"
+        if script and (doc := ast.get_docstring(ast.parse(text))):
             found.append((f"{path.relative_to(ROOT)}:1", doc))
     return found
 

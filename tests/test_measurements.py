@@ -24,7 +24,8 @@ def _cost_table():
 
 def test_every_measurement_says_what_how_where_and_when():
     data = _cost_table().load()
-    assert set(data["configs"]) == {p.name for p in (ROOT / "config").glob("*.yaml")}, "a row per shipped config"
+    shipped = {p.name for p in (ROOT / "config").glob("*.yaml")}
+    assert set(data["configs"]) == shipped, "a row of the cost table per shipped config"
     for m in data["measurements"]:
         assert {"id", "config", "quantity", "value", "command", "machine", "date"} <= set(m), m
         assert m["config"] in data["configs"] or m["config"] in ("tests", ".ci/run"), m
@@ -75,11 +76,14 @@ def test_record_writes_a_runs_figures_into_the_data_file(tmp_path):
 # hardware, not a measurement
 DURATION = re.compile(r"\b\d+(?:[.,]\d+)?(?:–\d+)?\s?(?:min(?:utes?)?|h|hours?)\b")
 SIZE = re.compile(r"\b\d+(?:\.\d+)?(?:–\d+(?:\.\d+)?)?\s?(?:GB|GiB|TB)\b(?! GPU| each\)| of (?:host )?RAM)")
+CONFIGS = "|".join(re.escape(p.stem) for p in sorted((ROOT / "config").glob("*.yaml")))
 NAMES = re.compile(
-    r"(?<![\w-])(?:%s)\.yaml\b|\bCI\b|\btest suite\b|\bthe suite\b|\bpytest\b|\b(?:default|first|test) command\b"
-    % "|".join(re.escape(p.stem) for p in sorted((ROOT / "config").glob("*.yaml")))
+    rf"(?<![\w-])(?:{CONFIGS})\.yaml\b|\bCI\b|\btest suite\b|\bthe suite\b|\bpytest\b"
+    r"|\b(?:default|first|test) command\b"
 )
-GENERATED = re.compile(r"<!-- measurements:begin [\w-]+ -->.*?<!-- measurements:end -->|<!-- m:[^>]*-->.*?<!-- /m -->", re.S)
+GENERATED = re.compile(
+    r"<!-- measurements:begin [\w-]+ -->.*?<!-- measurements:end -->|<!-- m:[^>]*-->.*?<!-- /m -->", re.S
+)
 
 
 def _sentences(text: str) -> list[str]:
@@ -132,7 +136,8 @@ def test_a_page_links_to_the_cost_table_instead_of_restating_a_figure(page):
         assert not GENERATED.search(text), "rendered figures live in docs/performance.md; link to it"
     found = restated(text)
     assert not found, (
-        f"{page.relative_to(ROOT)} states a measured time or size of a config, the suite or CI: put the figure in "
-        "docs/measurements.yaml (python scripts/cost_table.py --record or by hand, with its machine and date) "
-        "and link to docs/performance.md#what-each-config-costs instead:\n" + "\n".join(found)
+        f"{page.relative_to(ROOT)} states a measured time or size of a config, the suite or CI: put the "
+        "figure in docs/measurements.yaml (python scripts/cost_table.py --record or by hand, with its "
+        "machine and date) and link to docs/performance.md#what-each-config-costs instead:\n"
+        + "\n".join(found)
     )
