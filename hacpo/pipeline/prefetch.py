@@ -119,7 +119,9 @@ def missing(pipe, item: Item) -> str | None:
 
 
 def command(pipe) -> str:
-    files = [os.path.relpath(os.path.abspath(f)) for f in pipe.config_files] or ["<your config files>"]
+    """The prefetch command of ``pipe``'s config files, relative to here where they are below here."""
+    rel = [os.path.relpath(os.path.abspath(f)) for f in pipe.config_files]
+    files = [r if not r.startswith("..") else os.path.abspath(r) for r in rel] or ["<your config files>"]
     return f"hacpo prefetch --configfile {' '.join(files)}"
 
 
