@@ -1,7 +1,8 @@
 """``hacpo <command>``: the single entry point for users and workflow rules.
 
 Commands: ``methods``, ``data``, ``build-agent``, ``train``, ``eval``, ``demo`` (and, from the modules that
-own them, ``prepare-data``, ``manifest``, ``rescore``, ``profiles``, ``plan``, ``report``, ``worker``): one
+own them, ``prepare-data``, ``manifest``, ``rescore``, ``profiles``, ``plan``, ``prefetch``, ``report``,
+``worker``): one
 command per job, used alike by people and by the workflow's rules. Bad input fails fast with a
 message naming the problem, before any model is built.
 """

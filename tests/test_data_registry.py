@@ -323,6 +323,7 @@ def test_offline_missing_error_names_dataset_and_files(tmp_path, monkeypatch):
         "datasets.math500.file",
         "pip install datasets",
         "HuggingFaceH4/MATH-500",
+        "`hacpo prefetch --configfile",
     ):
         assert part in msg, part
     assert not (tmp_path / "o.jsonl").exists()

@@ -166,7 +166,8 @@ def test_a_hub_dataset_of_your_own_is_read_at_its_commit_once_then_from_the_data
     assert read_jsonl(out) == rows and json.loads(manifest.read_text())["kind"] == "hub"
     missing = {**entry, "split": "train"}
     offline = r"datasets\.mine\.hub: org/countdown@0123456789ab \(train\) is not in the data cache "
-    with pytest.raises(own.DatasetError, match=offline + r".* put its records at .*-small-train\.jsonl"):
+    fix = r".*run `hacpo prefetch .* put its records at .*-small-train\.jsonl"
+    with pytest.raises(own.DatasetError, match=offline + fix):
         own.load_entry({"hub": missing}, "mine", "datasets.mine")
     monkeypatch.delenv("HF_DATASETS_OFFLINE")
     other = {**entry, "revision": "f" * 40}

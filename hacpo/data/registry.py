@@ -18,9 +18,9 @@ text (``<name>-<12 hex of sha1(problem)>``, the same scheme as :mod:`hacpo.data.
 position in the source is kept as ``metadata["index"]``.
 
 Revisions: each sha below is a commit of the dataset repo on the Hub, taken from public code that pins it
-for the same dataset/config/split (docs/datasets.md names the sources). They could not be checked against
-the Hub from the offline build machine; :data:`REVISIONS_VERIFIED_ONLINE` records that, and
-``docs/datasets.md`` says how to check them (``huggingface_hub.HfApi().dataset_info(hub_id, revision=sha)``).
+for the same dataset/config/split (docs/datasets.md names the sources). The machine the project is built on
+cannot reach the Hub, so none was resolved there (:data:`REVISIONS_VERIFIED_ONLINE`); ``hacpo prefetch``
+(:mod:`hacpo.pipeline.prefetch`) resolves each one a config reads where it runs, on a node with internet.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Workflow-facing commands: ``manifest``, ``rescore``, ``profiles``, ``plan``, ``pack-results``,
-``unpack-results``, and the workflow forms of
+"""Workflow-facing commands: ``manifest``, ``rescore``, ``profiles``, ``plan``, ``prefetch``,
+``pack-results``, ``unpack-results``, and the workflow forms of
 ``hacpo data --spec`` and ``hacpo eval --source/--settings`` (thin; logic elsewhere)."""
 
 from __future__ import annotations
@@ -193,6 +193,16 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def cmd_prefetch(args) -> int:
+    """What the config reads from the Hub, fetched into the caches its jobs read (:mod:`.prefetch`)."""
+    from hacpo.pipeline import Pipeline
+    from hacpo.pipeline.prefetch import prefetch
+
+    for line in prefetch(Pipeline.from_files(args.configfile)):
+        print(line)
+    return 0
+
+
 def cmd_pack_results(args) -> int:
     from hacpo.pipeline.packs import pack
 
@@ -261,6 +271,14 @@ def add_cli(sub) -> None:
     p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
     add_configfile_argument(p)
     p.set_defaults(func=cmd_plan)
+
+    h = sub.add_parser(
+        "prefetch",
+        help="fetch every model and dataset a workflow config reads from the Hub into the caches its jobs "
+        "read (on a node with internet), each pinned revision resolved; with HF_HUB_OFFLINE=1: check them",
+    )
+    add_configfile_argument(h)
+    h.set_defaults(func=cmd_prefetch)
 
 
 def add_configfile_argument(parser) -> None:

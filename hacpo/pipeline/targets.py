@@ -149,7 +149,12 @@ class Pipeline:
             raise ValueError("\n".join(errs))
 
     def dataset_inputs(self, name: str) -> list[str]:
-        """A ``local:`` dataset's own file (an edit prepares it again, and retrains what reads it)."""
+        """A ``local:`` dataset's own file (an edit prepares it again, and retrains what reads it). With the
+        Hub offline, a dataset not prepared yet is in the data cache (:func:`.prefetch.require_cached`)."""
+        if not Path(self.dataset_file(name)).is_file():
+            from hacpo.pipeline.prefetch import require_cached
+
+            require_cached(self, f"datasets.{name}")
         return [self.config_path(self.cfg.datasets[name].local)] if self.cfg.datasets[name].local else []
 
     def config_path(self, path: str) -> str:
@@ -169,14 +174,22 @@ class Pipeline:
     def model_inputs(self, model: str) -> list[str]:
         """Files a job on ``model`` needs: a warm-up agent's marker; with the local engine, a ``hub:`` model's
         ``config.json`` (it reads model directories and downloads nothing), checked when the DAG is built so
-        that a model not yet downloaded stops the workflow before any job runs."""
+        that a model not yet downloaded stops the workflow before any job runs; with the Hub offline, a Hub
+        model's files in the Hugging Face cache, checked alike (:mod:`.prefetch`)."""
         m = self.cfg.models[model]
         if m.written_by_workflow:
+            if m.source and not Path(self.import_marker(model)).is_file():
+                from hacpo.pipeline.prefetch import require_cached
+
+                require_cached(self, f"models.{model}")  # a Hub source, with the Hub offline: in the cache
             return [self.import_marker(model)]
         if not m.hub:
             return [self.agent_marker(model)]
-        if self.cfg.engine != "local":
-            return []  # OpenRLHF and vLLM fetch Hub ids themselves
+        if self.cfg.engine != "local":  # OpenRLHF and vLLM read a Hub id from the Hugging Face cache or Hub
+            from hacpo.pipeline.prefetch import require_cached
+
+            require_cached(self, f"models.{model}")  # with the Hub offline: in the cache, before any job
+            return []
         config = Path(m.hub) / "config.json"
         if not config.is_file():
             raise FileNotFoundError(
