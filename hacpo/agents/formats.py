@@ -88,7 +88,9 @@ class PromptFormat(BaseModel):
     def _consistent(self):
         if self.turn is None:
             if self.instruction or self.examples:
-                raise ValueError(f"turn: needed with an instruction or examples, e.g. 'Question: {SLOT}\\nAnswer:'")
+                raise ValueError(
+                    f"turn: needed with an instruction or examples, e.g. 'Question: {SLOT}\\nAnswer:'"
+                )
             return self
         if self.turn.count(SLOT) != 1:
             raise ValueError(
@@ -97,7 +99,9 @@ class PromptFormat(BaseModel):
             )
         if self.final_answer is not None:
             if self.final_answer.count("{}") != 1:
-                raise ValueError(f"final_answer: {self.final_answer!r} needs one `{{}}` where the answer goes")
+                raise ValueError(
+                    f"final_answer: {self.final_answer!r} needs one `{{}}` where the answer goes"
+                )
             pre, post = self.final_answer.split("{}")
             shown = re.compile(re.escape(pre) + r".+?" + re.escape(post), re.S)
             for i, ex in enumerate(self.examples):
@@ -112,7 +116,9 @@ class PromptFormat(BaseModel):
     def shots(self) -> str:
         """The instruction and the worked examples, as the prompt starts."""
         one = self.turn or ""
-        return self.instruction + "".join(f"{one.replace(SLOT, e.question)} {e.answer}\n\n" for e in self.examples)
+        return self.instruction + "".join(
+            f"{one.replace(SLOT, e.question)} {e.answer}\n\n" for e in self.examples
+        )
 
     @property
     def before(self) -> str | None:
@@ -146,17 +152,21 @@ def _jinja_literal(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
 
 
-def _validate(data: Any, key: str, name: str) -> PromptFormat:
+def _validate(data: Any, key: str, name: str, file: str = "") -> PromptFormat:
+    where = f"in {file}; " if file else ""
     if not isinstance(data, dict):
-        raise ValueError(f"{key}: {data!r} is not a mapping; {SHAPE}")
+        raise ValueError(f"{key}: {data!r} is not a mapping ({where}{SHAPE})")
     try:
         return PromptFormat.model_validate({"name": name, **data})
     except ValidationError as err:
         lines = []
         for e in err.errors():
-            where = ".".join([key, *(str(p) for p in e["loc"])])
-            lines.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
-        raise ValueError("\n".join(lines) + f"\n({SHAPE})") from None
+            msg = e["msg"].removeprefix("Value error, ")
+            loc = [str(p) for p in e["loc"]]
+            if not loc and (field := re.match(r"([\w.]+): ", msg)):  # the check's own field: into the path
+                loc, msg = [field.group(1)], msg[field.end() :]
+            lines.append(f"{'.'.join([key, *loc])}: {msg}")
+        raise ValueError("\n".join(lines) + f"\n({where}{SHAPE})") from None
 
 
 FORMATS: dict[str, PromptFormat] = {}
@@ -183,9 +193,10 @@ def get_format(spec: str | dict | PromptFormat, key: str = "prompt_format") -> P
     if is_format_file(spec):
         path = Path(spec)
         if not path.is_file():
-            raise ValueError(f"{key}: {spec}: no such file; give a YAML file of the format's fields ({SHAPE})")
+            raise ValueError(f"{key}: {spec}: no such file; give a YAML file of a format's fields ({SHAPE})")
         data = yaml.safe_load(path.read_text())
-        return _validate(data, f"{key} ({spec})", data.get("name", path.stem) if isinstance(data, dict) else "")
+        name = data.get("name", path.stem) if isinstance(data, dict) else ""
+        return _validate(data, key, name, file=spec)
     if spec not in FORMATS:
         raise ValueError(
             f"{key}: unknown prompt format {spec!r}; use one of {', '.join(FORMATS)}, a YAML file of a "

@@ -182,7 +182,7 @@ def answer_end_id(tok, prompt_format: str | dict) -> int:
         return tok.eos_token_id
     ids = tok(fmt.stops[0], add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
-        raise ValueError(f"prompt format {fmt.name!r}: stop {fmt.stops[0]!r} is {len(ids)} tokens here, not one")
+        raise ValueError(f"prompt format {fmt.name!r}: stop {fmt.stops[0]!r} is {len(ids)} tokens, not one")
     return ids[0]
 
 

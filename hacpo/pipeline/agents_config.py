@@ -165,7 +165,7 @@ class Model(_Strict):
             parse_source(self.source)
             if self.prompt_format is None:
                 raise ValueError(
-                    f"a `source:` model needs `prompt_format:` ({', '.join(FORMATS)}, or a format's YAML file)"
+                    f"a `source:` model needs `prompt_format:` ({', '.join(FORMATS)} or a format's YAML file)"
                 )
             if not is_format_file(self.prompt_format):  # a file: read where the workflow finds it (Pipeline)
                 get_format(self.prompt_format, "prompt_format")

@@ -110,7 +110,8 @@ class Pipeline:
         from hacpo.agents.formats import get_format, is_format_file
 
         spec = self.cfg.models[model].prompt_format
-        return get_format(self.config_path(spec) if is_format_file(spec) else spec, f"models.{model}.prompt_format")
+        spec = self.config_path(spec) if is_format_file(spec) else spec
+        return get_format(spec, f"models.{model}.prompt_format")
 
     def warm_params(self, model: str) -> dict:
         """A warmed model's recipe (the warm-up rule's parameters: a new recipe warms again)."""
