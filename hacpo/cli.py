@@ -330,7 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     i.add_argument(
         "--prompt-format", default=None,
-        help="chat (the model's own template; default) | gemma_turn | completion | few_shot",
+        help="chat (the model's own template; default) | gemma_turn | completion | few_shot | a YAML file of "
+        "a format's fields (instruction, examples, final_answer, turn, stops)",
     )  # fmt: skip
     i.add_argument("--out", required=True, help="the model directory to write")
     i.set_defaults(func=cmd_import_model)

@@ -248,3 +248,67 @@ def test_a_lora_hacpo_step_on_the_real_pair_then_export_and_evaluate(real_models
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert ev.returncode == 0, ev.stderr[-3000:]
+
+
+def test_countdown_with_its_own_few_shot_prompt_trains_a_real_model(real_models, tmp_path):
+    """A task of your own needs no edit under hacpo/, its prompt included: config/countdown.yaml with an
+    imported SmolLM2 whose `prompt_format:` is config/countdown/prompt_format.yaml (Countdown's instruction,
+    examples and answer convention), imported by the workflow's command from the config's own parameters,
+    then one GSPO step rewarded by config/countdown/verify.py. The fixture's SmolLM2 is the `hf_dir` source
+    (its GGUF converted once already; a private cache, since the directory's manifest differs per session)."""
+    import importlib.util
+    import os
+
+    import yaml
+    from transformers import AutoTokenizer
+
+    from hacpo.agents.prompting import prompt_text
+    from hacpo.data import own
+    from hacpo.data.synthetic import Problem, write_jsonl
+    from hacpo.pipeline import Pipeline
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "config" / "countdown.yaml").read_text())
+    cfg["models"]["smollm2"] = {
+        "source": {"hf_dir": str(real_models["smollm2"])},
+        "prompt_format": "config/countdown/prompt_format.yaml",
+    }
+    spec = Pipeline(cfg, base_dir=str(root)).import_params("smollm2")
+    assert spec["prompt_format"]["name"] == "countdown"
+    env = {**os.environ, "HACPO_MODEL_CACHE": str(tmp_path / "cache")}
+    model = tmp_path / "models" / "smollm2"
+    run = subprocess.run([sys.executable, "-m", "hacpo", "import-model", "--spec", json.dumps(spec), "--out",
+                          str(model)], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    here = root / "config" / "countdown"
+    fields = cfg["datasets"]["countdown_train"]["fields"]
+    data = own.load(here / "train.jsonl", fields, "countdown_train", "datasets.countdown_train")[:2]
+    prompt = prompt_text(AutoTokenizer.from_pretrained(model), Problem.from_dict(data[0]), "paper")
+    assert prompt.startswith("Reach the target from the numbers")
+    assert "Question: 3 5 7 to 22\nAnswer: 3 * 5 + 7 = 22. The answer is \\boxed{3*5+7}.\n\n" in prompt
+    paper = "Let's think step by step and output the final answer within \\boxed{}."
+    assert "12 + 68" not in prompt and prompt.endswith(f"Question: {data[0]['problem']} {paper}\nAnswer:")
+    # the examples answer as the verifier reads: each scores 1
+    verify_spec = importlib.util.spec_from_file_location("countdown_verify", here / "verify.py")
+    verify = importlib.util.module_from_spec(verify_spec)
+    verify_spec.loader.exec_module(verify)
+    examples = yaml.safe_load((here / "prompt_format.yaml").read_text())["examples"]
+    meta = [{"nums": e["question"].split(" to ")[0].split(), "target": e["question"].split(" to ")[1]}
+            for e in examples]  # fmt: skip
+    assert verify.countdown([e["answer"] for e in examples], [""] * len(examples), meta) == [1.0, 1.0]
+
+    write_jsonl(tmp_path / "train.jsonl", data)
+    train = {
+        "method": "gspo", "train_file": str(tmp_path / "train.jsonl"), "out_dir": str(tmp_path / "run"),
+        "agents": [{"name": "smollm2", "path": str(model)}],
+        "reward": {**cfg["training"]["reward"], "file": str(root / cfg["training"]["reward"]["file"])},
+        "steps": 1, "prompts_per_step": 2, "group_size": 2, "minibatch_size": 4, "lr": 1e-6, "kl_beta": 0.0,
+        "prompt_style": "paper", "max_new_tokens": 12, "temperature": 0.7, "threads": 1,
+    }  # fmt: skip
+    run = subprocess.run([sys.executable, "-m", "hacpo", "train", json.dumps(train)], capture_output=True,
+                         text=True, timeout=600, env=env)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["step"] == 0 and 0 <= row["smollm2/reward"] <= 1 and row["smollm2/response_tokens"] <= 12
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["details"]["reward"]["reward"].endswith("verify.py:countdown"), record["details"]["reward"]

@@ -277,3 +277,124 @@ def test_workflow_config_checks_warmed_models_by_key_path():
         Pipeline(cfg)
     with pytest.raises(ConfigError, match=r"models\.a: .*exactly one of"):
         Pipeline({**cfg, "models": {**cfg["models"], "a": {"warm": {"from": "s"}, "hub": "x/z"}}})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Prompt formats of your own: data (a YAML file or a mapping), validated, part of the imported model
+
+
+def test_the_built_in_formats_render_the_templates_they_always_did():
+    """The built-ins are data (hacpo/agents/formats.yaml) and render exactly the earlier templates, so the
+    import cache, keyed by a built-in's name, still holds the right files."""
+    import hashlib
+
+    want = {
+        ("gemma_turn", ""): "a7a41e4024b5dcc0", ("gemma_turn", "<bos>"): "992a4c1b04b2bd2a",
+        ("completion", ""): "443076aa8a752445", ("completion", "<bos>"): "7307eaa1a3386af2",
+        ("few_shot", ""): "d80c859a47c93198", ("few_shot", "<bos>"): "20dd26725c8d8793",
+    }  # fmt: skip
+    for (name, bos), digest in want.items():
+        assert hashlib.sha256(FORMATS[name].chat_template(bos).encode()).hexdigest()[:16] == digest, name
+    assert FEW_SHOT == (
+        "Question: What is 12 + 68?\nAnswer: 12 + 68 = 80. The answer is \\boxed{80}.\n\n"
+        "Question: A box holds 3 rows of 4 eggs. How many eggs are in the box?\n"
+        "Answer: 3 * 4 = 12. The answer is \\boxed{12}.\n\n"
+    )
+    assert {name: f.identity() for name, f in FORMATS.items()} == {n: n for n in FORMATS}
+
+
+OWN_FORMAT = (
+    'instruction: "Add the numbers.\\n\\n"\n'
+    "examples:\n  - {question: '1+1=', answer: '1+1=2. \\boxed{2}'}\n"
+    'final_answer: \'\\boxed{}\'\nturn: "Q: {problem}\\nA:"\nstops: ["\\n"]\n'
+)
+
+
+def test_a_prompt_format_of_your_own_is_a_yaml_file_and_part_of_the_models_identity(tmp_path, cache):
+    from hacpo.agents.warmup import answer_end_id
+    from hacpo.pipeline import Pipeline
+
+    src = _base_model_dir(tmp_path / "base", with_template=False)
+    fmt_file = tmp_path / "adding.yaml"
+    fmt_file.write_text(OWN_FORMAT)
+    out = tmp_path / "models" / "own"
+    first = import_model({"hf_dir": str(src)}, str(fmt_file), out, key="models.own")
+    tok = AutoTokenizer.from_pretrained(out)
+    assert (
+        prompt_text(tok, PROBLEM, "compact")
+        == "Add the numbers.\n\nQ: 1+1=\nA: 1+1=2. \\boxed{2}\n\nQ: 12+34=\nA:"
+    )
+    assert stop_token_ids(tok, str(out)) == {tok.eos_token_id, tok.convert_tokens_to_ids("\n")}
+    recorded = json.loads((out / MANIFEST).read_text())["prompt_format"]
+    assert recorded["name"] == "adding" and recorded["examples"] == [
+        {"question": "1+1=", "answer": "1+1=2. \\boxed{2}"}
+    ]
+    assert answer_end_id(tok, recorded) == tok.convert_tokens_to_ids("\n")  # a warm-up reads it back
+    # the same content is the same cache entry; an edited example is another import
+    assert import_model({"hf_dir": str(src)}, dict(recorded), tmp_path / "models" / "inline")["cache_hit"]
+    fmt_file.write_text(OWN_FORMAT.replace("1+1=2", "1 + 1 = 2"))
+    again = import_model({"hf_dir": str(src)}, str(fmt_file), out, key="models.own")
+    assert not again["cache_hit"] and again["cache"] != first["cache"]
+    assert "1 + 1 = 2" in prompt_text(AutoTokenizer.from_pretrained(out), PROBLEM, "compact")
+    # in a workflow config: the import rule's parameters hold the file's content, so an edit imports again
+    cfg = _pipeline_cfg({"source": {"hf_dir": str(src)}, "prompt_format": str(fmt_file)})
+    params = Pipeline(cfg).import_params("a")
+    assert params["prompt_format"]["examples"][0]["answer"] == "1 + 1 = 2. \\boxed{2}"
+    fmt_file.write_text(OWN_FORMAT)
+    assert Pipeline(cfg).import_params("a") != params
+    inline = _pipeline_cfg({"source": {"hf_dir": str(src)}, "prompt_format": yaml_load(OWN_FORMAT)})
+    assert Pipeline(inline).import_params("a")["prompt_format"]["name"] == "custom"
+
+
+def yaml_load(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"turn": "Q: "}, r"prompt_format\.turn: 'Q: ' needs exactly one \{problem\} \(where the problem go"),
+        ({"examples": [{"question": "2+2="}]}, r"prompt_format\.examples\.0\.answer: Field required"),
+        ({"examples": [{"question": "2+2=", "answer": "4"}]},
+         r"prompt_format\.examples\.0\.answer: '4' does not give its final answer as final_answer '\\\\box"),
+        ({"stops": [""]}, r"prompt_format\.stops\.0: String should have at least 1 character"),
+        ({"turn": None}, r"prompt_format\.turn: needed with an instruction or examples"),
+        ({"shots": []}, r"prompt_format\.shots: Extra inputs are not permitted"),
+    ],
+)  # fmt: skip
+def test_a_bad_prompt_format_is_refused_naming_the_key_and_the_fix(change, message, tmp_path):
+    from hacpo.agents.formats import get_format
+    from hacpo.pipeline import ConfigError, Pipeline
+
+    bad = {**yaml_load(OWN_FORMAT), **change}
+    with pytest.raises(ValueError, match=message) as err:
+        get_format(bad, "prompt_format")
+    assert "docs/guide/own-task.md" in str(err.value)  # the fix: what a format looks like
+    src = {"package": "no_such_pkg", "file": "m.gguf"}
+    with pytest.raises(ConfigError, match="models.a: .*" + message):  # at config load: before any job
+        Pipeline(_pipeline_cfg({"source": src, "prompt_format": bad}))
+    fmt_file = tmp_path / "bad.yaml"
+    fmt_file.write_text(json.dumps(bad))
+    pipe = Pipeline(_pipeline_cfg({"source": src, "prompt_format": str(fmt_file)}))
+    with pytest.raises(ValueError, match=r"models\.a\." + message) as err:
+        pipe.check_model_sources()  # the workflow's onstart, and the DAG's import_params, before any import
+    assert f"in {fmt_file};" in str(err.value)
+
+
+def test_a_format_file_that_is_missing_or_a_stop_of_several_tokens_is_named_before_the_model_loads(
+    tmp_path, cache
+):
+    from hacpo.pipeline import Pipeline
+
+    pipe = Pipeline(_pipeline_cfg({"source": {"hf_dir": "d"}, "prompt_format": str(tmp_path / "none.yaml")}))
+    with pytest.raises(ValueError, match=r"models\.a\.prompt_format: .*none\.yaml: no such file"):
+        pipe.import_params("a")
+    src = _base_model_dir(tmp_path / "base", with_template=False)
+    two = {**yaml_load(OWN_FORMAT), "stops": ["\n", "ab"]}
+    with pytest.raises(
+        ValueError, match=r"models\.p\.prompt_format: custom's stop 'ab' is 2 tokens here; .*drop it"
+    ):
+        import_model({"hf_dir": str(src)}, two, tmp_path / "o", key="models.p")
+    assert not (tmp_path / "o").exists() and not [p for p in cache.iterdir() if not p.name.startswith(".")]

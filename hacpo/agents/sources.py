@@ -37,7 +37,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hacpo.agents.formats import get_format
+from hacpo.agents.formats import PromptFormat, get_format
 from hacpo.runio import atomic_dir, atomic_write_json, sha256_file, waiting_lock
 
 IMPORTER_VERSION = 2  # bump when the imported directory changes for the same source and format
@@ -173,12 +173,14 @@ def check_import_deps(source: ModelSource, installed: bool = False) -> None:
 
 
 def import_model(
-    source: dict | ModelSource, prompt_format: str | None, out: str | Path, key: str = "model"
+    source: dict | ModelSource, prompt_format: str | dict | None, out: str | Path, key: str = "model"
 ) -> dict:
-    """Import ``source`` with ``prompt_format`` into ``out`` (through the cache); returns the manifest.
+    """Import ``source`` with ``prompt_format`` (:func:`hacpo.agents.formats.get_format`: a built-in's
+    name, a YAML file or a mapping; unset: ``chat``) into ``out`` (through the cache); returns the manifest.
 
     ``key`` names the config entry in errors (``models.<name>``)."""
     source = parse_source(source)
+    fmt = get_format(prompt_format or "chat", f"{key}.prompt_format")  # a bad format: before anything is read
     check_import_deps(source, installed=True)
     cache = cache_root()
     t0 = time.time()
@@ -187,8 +189,7 @@ def import_model(
     with waiting_lock(cache / ".import.lock"):
         path = source.resolve(cache)
         sha = _digest(path)
-        fmt = prompt_format or "chat"
-        entry = hashlib.sha256(json.dumps([sha, fmt, IMPORTER_VERSION]).encode()).hexdigest()[:20]
+        entry = hashlib.sha256(json.dumps([sha, fmt.identity(), IMPORTER_VERSION]).encode()).hexdigest()[:20]
         cached = cache / entry
         hit = (cached / MANIFEST).is_file()
         if not hit:
@@ -202,7 +203,7 @@ def import_model(
     return manifest
 
 
-def _convert(source, path: Path, sha: str, prompt_format: str, dest: Path, key: str) -> None:
+def _convert(source, path: Path, sha: str, fmt: PromptFormat, dest: Path, key: str) -> None:
     """Load, apply the prompt format, save: the cache entry ``dest``, written atomically."""
     import torch
     import transformers
@@ -215,7 +216,6 @@ def _convert(source, path: Path, sha: str, prompt_format: str, dest: Path, key: 
     where = {"gguf_file": path.name} if path.is_file() else {}
     root = path.parent if path.is_file() else path
     tok = AutoTokenizer.from_pretrained(root, **where)
-    fmt = get_format(prompt_format, f"{key}.prompt_format")
     if fmt.before is None and not tok.chat_template:
         raise ValueError(
             f"{key}.prompt_format: the model has no chat template (a base model): name a prompt format, "
@@ -247,7 +247,7 @@ def _convert(source, path: Path, sha: str, prompt_format: str, dest: Path, key: 
         "source_file": str(path),
         "source_sha256": sha,
         "license": source.license,
-        "prompt_format": fmt.name,
+        "prompt_format": fmt.identity(),
         "chat_template": "model's own" if template is None else "prompt format",
         "stop_ids": sorted(stops),
         "stop_tokens": [tok.convert_ids_to_tokens(i) for i in sorted(stops)],
@@ -315,7 +315,10 @@ def _stop_ids(tok, fmt, key: str) -> set[int]:
     for text in fmt.stops:
         enc = tok.encode(text, add_special_tokens=False)
         if len(enc) != 1:
-            raise ValueError(f"{key}.prompt_format: {fmt.name}'s stop {text!r} is {len(enc)} tokens here")
+            raise ValueError(
+                f"{key}.prompt_format: {fmt.name}'s stop {text!r} is {len(enc)} tokens here; each of `stops` "
+                "must be one token of this model's vocabulary: drop it, or give one that is (e.g. '\\n')"
+            )
         ids.add(enc[0])
     if not ids:
         raise ValueError(f"{key}: no EOS in the tokenizer, no stop in the prompt format: nothing ends it")

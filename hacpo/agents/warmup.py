@@ -172,18 +172,17 @@ class ModelWarmup(SftRecipe):
 BASE_IDENTITY = ("source_sha256", "prompt_format", "importer_version", "warmup")  # what makes the base
 
 
-def answer_end_id(tok, prompt_format: str) -> int:
-    """The id that ends an answer in ``prompt_format``: its first stop text (one token), else EOS."""
+def answer_end_id(tok, prompt_format: str | dict) -> int:
+    """The id that ends an answer in ``prompt_format`` (a manifest's: a built-in's name or a format's
+    fields): its first stop text (one token), else EOS."""
     from hacpo.agents.formats import get_format
 
-    stops = get_format(prompt_format).stops
-    if not stops:
+    fmt = get_format(prompt_format)
+    if not fmt.stops:
         return tok.eos_token_id
-    ids = tok(stops[0], add_special_tokens=False)["input_ids"]
+    ids = tok(fmt.stops[0], add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
-        raise ValueError(
-            f"prompt format {prompt_format!r}: stop {stops[0]!r} is {len(ids)} tokens here, not one"
-        )
+        raise ValueError(f"prompt format {fmt.name!r}: stop {fmt.stops[0]!r} is {len(ids)} tokens, not one")
     return ids[0]
 
 

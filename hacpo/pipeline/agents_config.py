@@ -120,10 +120,13 @@ class Model(_Strict):
         description="an imported (`source:`) model of this config after a short SFT on `sft.train`, written "
         "like an import into `<results>/models/<name>`; a new recipe warms again",
     )
-    prompt_format: str | None = Field(
+    prompt_format: str | dict | None = Field(
         None,
-        description="`source:` models only, and required there: how prompts are written for it: `chat` (the "
-        "model's own chat template), `gemma_turn`, `completion` or `few_shot` (`hacpo/agents/formats.py`)",
+        description="`source:` models only, and required there: how prompts are written for it, part of the "
+        "imported model: a built-in (`chat`: the model's own chat template, `gemma_turn`, `completion`, "
+        "`few_shot`), a YAML file of a format's fields (e.g. `config/countdown/prompt_format.yaml`) or "
+        "their mapping: `instruction`, `examples` ([{question, answer}]), `final_answer` (e.g. "
+        "`\\boxed{}`), `turn` (`{problem}` where the problem goes), `stops` (docs/guide/own-task.md)",
     )
     label: str | None = Field(None, description="its name in tables and figures; unset: the model's key")
     gpus: int = Field(
@@ -156,13 +159,16 @@ class Model(_Strict):
                 "or `warm:` (an imported model after a short SFT, e.g. {from: smollm2, max_steps: 40})"
             )
         if self.source is not None:
-            from hacpo.agents.formats import FORMATS, get_format
+            from hacpo.agents.formats import FORMATS, get_format, is_format_file
             from hacpo.agents.sources import parse_source
 
             parse_source(self.source)
             if self.prompt_format is None:
-                raise ValueError(f"a `source:` model needs `prompt_format:` ({', '.join(FORMATS)})")
-            get_format(self.prompt_format)
+                raise ValueError(
+                    f"a `source:` model needs `prompt_format:` ({', '.join(FORMATS)} or a format's YAML file)"
+                )
+            if not is_format_file(self.prompt_format):  # a file: read where the workflow finds it (Pipeline)
+                get_format(self.prompt_format, "prompt_format")
         elif self.prompt_format is not None:
             raise ValueError("`prompt_format:` applies to `source:` models (it is written at import)")
         return self

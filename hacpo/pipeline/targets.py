@@ -102,7 +102,16 @@ class Pipeline:
         m = self.cfg.models[model]
         if m.source is None:
             raise ValueError(f"model {model!r} has no `source:`; nothing to import")
-        return {"source": m.source, "prompt_format": m.prompt_format}
+        return {"source": m.source, "prompt_format": self.prompt_format(model).identity()}
+
+    def prompt_format(self, model: str):
+        """A ``source:`` model's :class:`~hacpo.agents.formats.PromptFormat`, a YAML file read from where the
+        jobs find it: its content, not its path, is the import's identity (an edit imports again)."""
+        from hacpo.agents.formats import get_format, is_format_file
+
+        spec = self.cfg.models[model].prompt_format
+        spec = self.config_path(spec) if is_format_file(spec) else spec
+        return get_format(spec, f"models.{model}.prompt_format")
 
     def warm_params(self, model: str) -> dict:
         """A warmed model's recipe (the warm-up rule's parameters: a new recipe warms again)."""
@@ -118,8 +127,8 @@ class Pipeline:
         return [name for name, m in self.cfg.models.items() if m.warm is not None]
 
     def check_model_sources(self) -> None:
-        """Every ``source:`` readable here (package installed, ``gguf``/``accelerate`` present), before any
-        job: an error names the model's key path and the install command."""
+        """Every ``source:`` readable here (package installed, ``gguf``/``accelerate`` present) and its prompt
+        format valid, before any job: an error names the model's key path and the fix."""
         from hacpo.agents.sources import check_import_deps, parse_source
 
         errs = []
@@ -129,6 +138,10 @@ class Pipeline:
                     check_import_deps(parse_source(m.source), installed=True)
                 except (ValueError, FileNotFoundError) as err:
                     errs.append(f"models.{name}.source: {err}")
+                try:
+                    self.prompt_format(name)
+                except ValueError as err:
+                    errs.append(str(err))
         if errs:
             raise ValueError("\n".join(errs))
 
