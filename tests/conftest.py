@@ -6,12 +6,14 @@ by its warm-up spec and data, so a stale cache is rebuilt, never reused.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -159,6 +161,10 @@ def slurm_cluster():
         pytest.skip("the local SLURM cluster needs root (.ci/slurm-up.sh installs packages, starts daemons)")
     if shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
         pytest.skip("no apt-get and no Slurm installed: cannot bring up the local SLURM cluster")
+    # One local cluster per machine: CI runs tests/openrlhf (its Ray-through-SLURM tests) beside this suite,
+    # and two modules bringing the same daemons up and down would pull them from under each other.
+    lock = open(Path(tempfile.gettempdir()) / "hacpo-tests-slurm.lock", "w")  # noqa: SIM115 (held to the end)
+    fcntl.flock(lock, fcntl.LOCK_EX)
     try:
         up = subprocess.run(["bash", str(SLURM_UP)], capture_output=True, text=True, timeout=600, check=False)
         if up.returncode == SLURM_PRECONDITION_MISSING and os.environ.get("HACPO_REQUIRE_SLURM") != "1":
@@ -167,3 +173,4 @@ def slurm_cluster():
         yield up.stdout
     finally:
         subprocess.run(["bash", str(SLURM_DOWN)], capture_output=True, text=True, timeout=120, check=False)
+        lock.close()  # releases the flock
