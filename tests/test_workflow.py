@@ -125,6 +125,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
         # (naive_source) on the three Table 1 pairs for the Naive readings table
         "train": 69,
         "evaluate": 106,
+        "release_weights": 69,  # Hub models: a run's weights go once its evaluations are written
         "table": 11,
         "figure": 3,  # Figures 2, 3 and the cross rows inside the stepwise clip by update
         "scorecard": 1,
@@ -147,6 +148,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
         **{k: 0 for k in counts},
         "train": 2,
         "evaluate": 4,
+        "release_weights": 2,
     }
 
 
