@@ -170,7 +170,7 @@ def test_an_intact_joint_run_and_one_from_before_manifests_resume_where_they_sto
     assert intact_joint_step(cfg, layout, say=said.append) == 4 and said == []
 
 
-# --------------------------------------------------------------------- retention (docs/guide/watching.md, "Disk")
+# ---------------------------------------------------------- retention (docs/guide/watching.md, "Disk")
 def _complete_run(root) -> tuple:
     """A complete two-agent run's files (weights of both engines' layouts, records) and one evaluation."""
     run = root / "runs" / "joint" / "pair" / "hacpo" / "seed0"

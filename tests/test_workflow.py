@@ -390,7 +390,8 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     runs = work / "results" / "ci" / "runs"
     released = sorted(runs.glob("*/*/*/seed*/weights-released.json"))
     assert len(released) == 12 and not list(runs.glob("**/checkpoints"))  # every run's, records kept
-    assert all((n.parent / "done.json").is_file() and (n.parent / "metrics.jsonl").is_file() for n in released)
+    assert all((n.parent / "done.json").is_file() and (n.parent / "metrics.jsonl").is_file()
+               for n in released)  # fmt: skip
     for downstream in ("runs/joint", "eval/main/joint", "tables", "figures"):  # the joint runs and all after
         shutil.rmtree(work / "results" / "ci" / downstream)
     log = open(tmp_path / "first.log", "w")
@@ -481,8 +482,8 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     # an evaluation a released run has not had (a setting added later): the DAG stops, naming run and fix
     cfg["eval_settings"]["later"] = cfg["eval_settings"]["main"]
     configfile.write_text(yaml.safe_dump(cfg))
-    later = work / "results" / "ci" / "eval" / "later" / "single" / "llama" / "gspo" / "seed0" / "summary.json"
-    out = run([*args, "-n", str(later)], cwd=ROOT, check=False)
+    later = work / "results" / "ci" / "eval" / "later" / "single" / "llama" / "gspo" / "seed0"
+    out = run([*args, "-n", str(later / "summary.json")], cwd=ROOT, check=False)
     assert out.returncode and "retention: {weights: keep}" in out.stdout + out.stderr
     assert "runs/single/llama/gspo/seed0" in out.stdout + out.stderr
     dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])
@@ -596,6 +597,7 @@ def test_real_claims_target_at_ci_size_end_to_end(real_models, tmp_path):
     assert warm["warmup"]["steps"] == 2 and warm["prompt_format"] == "few_shot"
     hacpo = res / "runs" / "joint" / "state" / "hacpo" / "seed0"
     assert json.loads((hacpo / "run.json").read_text())["config"]["temperature"] == 0.5
+    assert (hacpo / "weights-released.json").is_file() and not (hacpo / "checkpoints").exists()  # retention
     row = json.loads((hacpo / "metrics.jsonl").read_text().splitlines()[0])
     assert {"smollm2/own_adv_sum", "smollm2_warm/cross_adv_sum", "smollm2/s_hete_mean"} <= set(row)
     rows = list(csv.DictReader((res / "tables" / "claims.csv").open()))

@@ -477,14 +477,16 @@ class Pipeline:
             largest = dict.fromkeys(self.views.claim_row_keys(name), self.cfg.tables[name].sequential.max)
             files += self.claims_look(name, largest)[0]
         out: dict[str, set[str]] = {}
-        prefix, suffix = f"{self.results}/eval/", "/summary.json"
         for f in files:
-            if f.startswith(prefix) and f.endswith(suffix):
-                setting, target = f[len(prefix) : -len(suffix)].split("/", 1)
-                run = self.run_of_target(target)[0]
-                if run is not None:
-                    out.setdefault(run.dir, set()).add(f)
+            run = self._run_of(f) if f.startswith(f"{self.results}/eval/") else None
+            if run is not None and f.endswith("/summary.json"):
+                out.setdefault(run.dir, set()).add(f)
         return out
+
+    def _run_of(self, file: str) -> Run | None:
+        """The run of this folder a file belongs to (its own, or its evaluation's); None for any other."""
+        m = RUN_FILE.match(file[len(self.results) :]) if file.startswith(self.results) else None
+        return Run(m["kind"], m["group"], m["method"], int(m["seed"]), self.results) if m else None
 
     def release_inputs(self, run: Run) -> list[str]:
         """What a run's weights wait for before they go: its ``done.json`` and every evaluation of it."""
@@ -496,9 +498,7 @@ class Pipeline:
 
     def runs_of(self, files: list[str]) -> list[Run]:
         """The runs of this folder whose files (``done.json``, an evaluation, …) are among ``files``."""
-        found = (RUN_FILE.match(f[len(self.results) :]) for f in files if f.startswith(self.results))
-        runs = {Run(m["kind"], m["group"], m["method"], int(m["seed"]), self.results) for m in found if m}
-        return sorted(runs)
+        return sorted({run for f in files if (run := self._run_of(f))})
 
     def table_names(self, rule: str) -> list[str]:
         """The wildcard values of each table rule: ``claims`` (the scorecards), ``drawn`` (tables that draw
