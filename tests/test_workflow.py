@@ -482,8 +482,8 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     # an evaluation a released run has not had (a setting added later): the DAG stops, naming run and fix
     cfg["eval_settings"]["later"] = cfg["eval_settings"]["main"]
     configfile.write_text(yaml.safe_dump(cfg))
-    later = work / "results" / "ci" / "eval" / "later" / "single" / "llama" / "gspo" / "seed0"
-    out = run([*args, "-n", str(later / "summary.json")], cwd=ROOT, check=False)
+    later = "results/ci/eval/later/single/llama/gspo/seed0/summary.json"  # under --directory
+    out = run([*args, "-n", later], cwd=ROOT, check=False)
     assert out.returncode and "retention: {weights: keep}" in out.stdout + out.stderr
     assert "runs/single/llama/gspo/seed0" in out.stdout + out.stderr
     dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])
