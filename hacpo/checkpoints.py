@@ -1,6 +1,7 @@
 """A checkpoint's integrity, one rule for both engines: a manifest of every file (name, bytes, SHA-256)
 written last, checked before a resume; a damaged newest checkpoint set aside and the run resumed from the
-newest intact one; a completed run's checkpoints cut to its final weights."""
+newest intact one; a completed run's checkpoints cut to its final weights, and its weights released once its
+evaluations are written (docs/guide/watching.md, "Disk")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from hacpo.runio import atomic_write_json, rename_to_free, sha256_file
+from hacpo.runio import WEIGHTS_RELEASED, RunRecord, atomic_write_json, rename_to_free, sha256_file
 
 CHECKPOINT_MANIFEST = "hacpo-checkpoint.json"  # what a checkpoint holds: its last write
 
@@ -48,6 +49,50 @@ def keep_final_weights(
             atomic_write_json(final / CHECKPOINT_MANIFEST, {"version": 1, "files": keep})
             state.unlink()
     return freed
+
+
+# Where a run keeps weights: its checkpoints (both engines), OpenRLHF's DeepSpeed states and final models
+WEIGHT_FOLDERS = ("checkpoints", "openrlhf/ckpt", "openrlhf/final", "openrlhf/agents/*/ckpt",
+                  "openrlhf/agents/*/final")  # fmt: skip
+RELEASING = ".releasing"  # a weight folder being removed is first renamed into this hidden folder
+
+
+def release_weights(run_dir: str | Path, evaluations: Iterable[str | Path] = ()) -> int:
+    """Remove a completed run's weights (:data:`WEIGHT_FOLDERS`) once its ``evaluations`` (their summary
+    files) are written; the records, logs, profile and evaluations stay. Returns the bytes freed.
+
+    Crash-safe in this order: the note :data:`~hacpo.runio.WEIGHTS_RELEASED` first (an evaluation asked
+    for later names the run and how to get its weights back), then each folder renamed into ``.releasing/``
+    (atomic: a folder is whole or out of the way) and removed there. A kill at any point leaves the records
+    and evaluations whole; calling it again finishes the removal."""
+    run_dir = Path(run_dir)
+    record = RunRecord.read(run_dir)
+    if record is None or not record.complete:
+        raise ValueError(f"{run_dir}: not a complete run ({record.status if record else 'no run.json'}); "
+                         "its weights are kept")  # fmt: skip
+    missing = [str(e) for e in evaluations if not Path(e).is_file()]
+    if missing:
+        raise FileNotFoundError(f"{run_dir}: evaluations not written yet, its weights are kept: {missing}")
+    trash = run_dir / RELEASING
+    folders = [f for pattern in WEIGHT_FOLDERS for f in sorted(run_dir.glob(pattern)) if f.is_dir()]
+    freed = sum(_size(f) for f in [*folders, trash])
+    note = {"bytes": freed, "evaluations": sorted(map(str, evaluations)), "folders": [
+        f.relative_to(run_dir).as_posix() for f in folders]}  # fmt: skip
+    if not (run_dir / WEIGHTS_RELEASED).is_file() or folders:
+        atomic_write_json(run_dir / WEIGHTS_RELEASED, note)
+    trash.mkdir(exist_ok=True)
+    for folder in folders:
+        rename_to_free(folder, lambda n: f"{n}", trash)
+    _remove(trash)
+    return freed
+
+
+def _size(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
+
+
+def _remove(folder: Path) -> None:
+    shutil.rmtree(folder)
 
 
 def _manifest_files(folder: Path) -> dict:

@@ -8,6 +8,8 @@ run_dir/profile.json                     per-phase wall time, tokens/s, peak mem
 run_dir/checkpoints/<agent>/step-N/      Hugging Face format or a LoRA adapter (+ trainer_state.pt for resume,
                                          hacpo-checkpoint.json: what it holds, written last, checked by
                                          hacpo.checkpoints before a resume)
+run_dir/weights-released.json            the run's weights removed once its evaluations were written
+                                         (hacpo.checkpoints.release_weights; the workflow's `retention:`)
 ```
 """
 
@@ -220,6 +222,23 @@ class RunStopped(RuntimeError):
     line); ``run.json`` then says ``failed``, and the run is resumable from its newest checkpoint."""
 
 
+WEIGHTS_RELEASED = "weights-released.json"  # written first when a run's weights go (hacpo.checkpoints)
+
+
+def weights_released(run_dir: str | Path) -> str | None:
+    """Why ``run_dir`` has no weights to evaluate when the workflow's retention removed them (its
+    :data:`WEIGHTS_RELEASED` note), with how to get them back; None when it was not released."""
+    if not (Path(run_dir) / WEIGHTS_RELEASED).is_file():
+        return None
+    return (
+        f"{run_dir}: its weights were removed once its evaluations were written (the workflow config's "
+        "`retention: {weights: after_eval}`), and an evaluation (new, or changed in the config) needs them. "
+        f"To get them back, set `retention: {{weights: keep}}` in the config, delete {run_dir} and rerun the "
+        "workflow: it trains the run again from the same spec and evaluates it (docs/guide/watching.md, "
+        '"Disk")'
+    )
+
+
 @dataclass
 class RunRecord:
     """``run.json``: what a run is and where it stands. Engines write it (atomically) after every checkpoint
@@ -292,6 +311,8 @@ class RunRecord:
                 f"{where}: no final checkpoint for agent {agent!r}; agents: {sorted(self.final_checkpoints)}"
             )
         checkpoint = self.final_checkpoints[agent]
+        if released := weights_released(run_dir or "."):
+            raise FileNotFoundError(released)
         if not Path(checkpoint).is_dir():
             raise FileNotFoundError(
                 f"{where}: the final checkpoint of {agent!r}, {checkpoint}, is not here (the run came "

@@ -26,7 +26,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-# Where each point sits (all reached by the local engine's `hacpo train` or by `hacpo eval`):
+# Where each point sits (all reached by the local engine's `hacpo train`, by `hacpo eval` or, the last, by
+# `hacpo release-weights`):
 POINTS = {
     "generate": "after a rollout's generation, before its scoring",
     "score": "half-way through scoring a step's rollouts (pool workers busy)",
@@ -39,6 +40,7 @@ POINTS = {
     "prune": "after run.json records a checkpoint, before older checkpoints are pruned",
     "eval_generate": "after an evaluation's generation for one benchmark, before scoring",
     "eval_write": "half of a benchmark's samples file written, before the rename",
+    "release": "half the files of a run's weights removed by `hacpo release-weights`, the rest not",
 }
 
 reached: Counter[str] = Counter()
@@ -52,7 +54,7 @@ def install(point: str | None, nth: int, orphans: Path) -> None:
     """Wrap each point's function; the N-th time ``point`` is reached, the process dies there."""
     import hacpo.engines.local.trainer as trainer
     import hacpo.eval.local as eval_local
-    from hacpo import reward, runio
+    from hacpo import checkpoints, reward, runio
 
     def hit(name: str) -> bool:
         reached[name] += 1
@@ -122,6 +124,18 @@ def install(point: str | None, nth: int, orphans: Path) -> None:
         return real_write(path, data)
 
     runio.atomic_write_bytes = atomic_write_bytes
+
+    real_remove = checkpoints._remove
+
+    def remove(folder: Path) -> None:
+        if hit("release"):
+            files = sorted(f for f in Path(folder).rglob("*") if f.is_file())
+            for f in files[: len(files) // 2]:
+                f.unlink()
+            die()
+        real_remove(folder)
+
+    checkpoints._remove = remove
 
 
 def main(argv: list[str]) -> int:

@@ -13,10 +13,11 @@ from hacpo.checkpoints import (
     CHECKPOINT_MANIFEST,
     checkpoint_problem,
     intact_resume_step,
+    release_weights,
     write_checkpoint_manifest,
 )
 from hacpo.engines.local import train
-from hacpo.runio import RunRecord
+from hacpo.runio import WEIGHTS_RELEASED, RunRecord
 
 
 def test_manifest_names_a_truncated_a_changed_and_a_missing_file(tmp_path):
@@ -167,3 +168,66 @@ def test_an_intact_joint_run_and_one_from_before_manifests_resume_where_they_sto
     state = json.loads(layout.joint_state.read_text())
     layout.joint_state.write_text(json.dumps({"step": 4, "tracker": state["tracker"]}))
     assert intact_joint_step(cfg, layout, say=said.append) == 4 and said == []
+
+
+# ---------------------------------------------------------- retention (docs/guide/watching.md, "Disk")
+def _complete_run(root) -> tuple:
+    """A complete two-agent run's files (weights of both engines' layouts, records) and one evaluation."""
+    run = root / "runs" / "joint" / "pair" / "hacpo" / "seed0"
+    for folder in ("checkpoints/a/step-4", "checkpoints/b/step-4", "openrlhf/agents/a/ckpt/_actor"):
+        (run / folder).mkdir(parents=True)
+        for name in ("model.safetensors", "config.json", "tokenizer.json"):
+            (run / folder / name).write_bytes(b"w" * 100)
+    final = {a: str(run / "checkpoints" / a / "step-4") for a in "ab"}
+    RunRecord("complete", 4, "h", {}, "local", final_checkpoints=final).write(run)
+    records = {"done.json": "{}", "metrics.jsonl": "{}\n", "profile.json": "{}", "validation.jsonl": "{}\n"}
+    for name, text in records.items():
+        (run / name).write_text(text)
+    summary = root / "eval" / "main" / "joint" / "pair" / "hacpo" / "seed0" / "a" / "summary.json"
+    summary.parent.mkdir(parents=True)
+    summary.write_text("{}")
+    return run, summary, {n: (run / n).read_bytes() for n in [*records, "run.json"]}
+
+
+def test_released_weights_go_records_stay_and_a_later_evaluation_names_the_run_and_the_fix(tmp_path):
+    run, summary, records = _complete_run(tmp_path)
+    missing = tmp_path / "eval" / "other" / "summary.json"
+    with pytest.raises(FileNotFoundError, match="evaluations not written yet"):
+        release_weights(run, [summary, missing])
+    assert (run / "checkpoints").is_dir() and not (run / WEIGHTS_RELEASED).exists()
+    assert release_weights(run, [summary]) == 900
+    assert not (run / "checkpoints").exists() and not (run / "openrlhf" / "agents" / "a" / "ckpt").exists()
+    assert {n: (run / n).read_bytes() for n in records} == records and summary.is_file()
+    note = json.loads((run / WEIGHTS_RELEASED).read_text())
+    assert note["evaluations"] == [str(summary)] and "checkpoints" in note["folders"]
+    assert release_weights(run, [summary]) == 0  # again: nothing left, the note as it was
+    assert json.loads((run / WEIGHTS_RELEASED).read_text()) == note
+    with pytest.raises(FileNotFoundError, match=r"retention: \{weights: keep\}") as err:
+        RunRecord.read(run).final_checkpoint("a", run)  # what `hacpo eval` reads
+    assert f"delete {run}" in str(err.value)
+    (run / "run.json").write_text(json.dumps({**json.loads(records["run.json"]), "status": "running"}))
+    with pytest.raises(ValueError, match="not a complete run"):
+        release_weights(run)
+
+
+def test_a_release_killed_midway_loses_no_record_and_its_rerun_finishes_it(tmp_path):
+    """SIGKILL with half the weights' files removed (tests/faults.py `release`): the records and the
+    evaluation are whole, the note names the run, no weight folder is left half-removed where a reader looks;
+    the same command then finishes the removal."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run, summary, records = _complete_run(tmp_path)
+    faults = Path(__file__).with_name("faults.py")
+    args = ["release-weights", str(run), "--evaluations", str(summary)]
+    out = subprocess.run([sys.executable, str(faults), "release:1", str(tmp_path / "c.json"), "--", *args],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert out.returncode == -9, out.stderr
+    assert (run / WEIGHTS_RELEASED).is_file() and not (run / "checkpoints").exists()
+    left = [f for f in (run / ".releasing").rglob("*") if f.is_file()]
+    assert 0 < len(left) < 9  # the kill fell half-way through the files
+    assert {n: (run / n).read_bytes() for n in records} == records and summary.is_file()
+    subprocess.run([sys.executable, "-m", "hacpo.cli", *args], check=True, capture_output=True, timeout=120)
+    assert sorted(p.name for p in run.iterdir()) == sorted([*records, WEIGHTS_RELEASED, "openrlhf"])
+    assert not any(p.is_file() for p in (run / "openrlhf").rglob("*"))

@@ -540,3 +540,29 @@ def test_every_view_kind_declares_the_names_it_refers_to():
             declared = getattr(cls, method) is not getattr(v._View, method)
             assert declared == bool(set(cls.model_fields) & keys), (cls.__name__, method)
 
+
+
+def test_retention_releases_pretrained_runs_weights_after_every_evaluation_and_keeps_toy_ones(tmp_path):
+    """`retention.weights` (docs/guide/watching.md, "Disk"): unset, pretrained models' runs release their
+    weights and tiny agents' keep them. A released run's note waits for the run and every evaluation of it;
+    an evaluation it has not had stops the DAG naming the run and the fix."""
+    assert not pipe("config").cfg.release_weights and not pipe("config").release_targets(pipe("config").runs)
+    assert pipe("config", retention={"weights": "after_eval"}).cfg.release_weights
+    assert not pipe("real-claims", retention={"weights": "keep"}).cfg.release_weights
+    p = pipe("real-claims", results_dir=str(tmp_path))
+    notes = [f for f in p.final_targets() if f.endswith("/weights-released.json")]
+    assert len(notes) == len(p.runs) == len(set(notes)) > 0
+    run = Run("joint", "state", "hacpo", 0, str(tmp_path))
+    target = "joint/state/hacpo/seed0/smollm2"
+    summaries = [p.eval_summary("main", f"{target}{a}") for a in ("", "_warm")]
+    assert p.release_inputs(run) == [run.done, *summaries]  # both agents' evaluations, no other setting
+    assert p.runs_of([summaries[0], f"{tmp_path}/runs/single/smollm2/gspo/seed7/done.json", "x"]) == sorted(
+        [run, Run("single", "smollm2", "gspo", 7, str(tmp_path))]
+    )
+    Path(run.dir).mkdir(parents=True)
+    Path(p.release_marker(run)).write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"retention: \{weights: keep\}.*delete .*seed0"):
+        p.eval_inputs("main", target)
+    Path(summaries[0]).parent.mkdir(parents=True)
+    Path(summaries[0]).write_text("{}")
+    assert run.done in p.eval_inputs("main", target)  # written before the release: planned as it is

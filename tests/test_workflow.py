@@ -125,6 +125,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
         # (naive_source) on the three Table 1 pairs for the Naive readings table
         "train": 69,
         "evaluate": 106,
+        "release_weights": 69,  # Hub models: a run's weights go once its evaluations are written
         "table": 11,
         "figure": 3,  # Figures 2, 3 and the cross rows inside the stepwise clip by update
         "scorecard": 1,
@@ -147,6 +148,7 @@ def test_paper_dag_with_the_slurm_profile_and_one_more_pair_adds_exactly_its_job
         **{k: 0 for k in counts},
         "train": 2,
         "evaluate": 4,
+        "release_weights": 2,
     }
 
 
@@ -363,9 +365,12 @@ def _outputs(work: Path) -> dict[str, bytes]:
 def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     """The CI config through the whole DAG; then every joint run is deleted and Snakemake is killed while one
     is past a checkpoint. The rerun resumes it from the checkpoint, redoes no finished job, and every table
-    and figure CSV is byte-identical to the uninterrupted run's."""
+    and figure CSV is byte-identical to the uninterrupted run's. With `retention: {weights: after_eval}`
+    every run's weights go once its evaluations are written: no released run is retrained, and a new
+    evaluation of one stops the DAG naming the run."""
     cfg = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
     cfg["training"] |= {"steps": 6, "checkpoint_every": 2}  # validation every step: a checkpoint step too
+    cfg["retention"] = {"weights": "after_eval"}
     configfile = tmp_path / "ci.yaml"
     configfile.write_text(yaml.safe_dump(cfg))
     work = tmp_path / "w"
@@ -383,6 +388,10 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     assert {"table1.csv", "table5.csv", "figure2.csv"} <= set(uninterrupted)
 
     runs = work / "results" / "ci" / "runs"
+    released = sorted(runs.glob("*/*/*/seed*/weights-released.json"))
+    assert len(released) == 12 and not list(runs.glob("**/checkpoints"))  # every run's, records kept
+    assert all((n.parent / "done.json").is_file() and (n.parent / "metrics.jsonl").is_file()
+               for n in released)  # fmt: skip
     for downstream in ("runs/joint", "eval/main/joint", "tables", "figures"):  # the joint runs and all after
         shutil.rmtree(work / "results" / "ci" / downstream)
     log = open(tmp_path / "first.log", "w")
@@ -468,6 +477,15 @@ def test_ci_config_end_to_end_interrupted_and_resumed(tmp_path):
     assert done["total"]["complete"] == done["total"]["runs"] == 12 and done["total"]["left_s"] == 0
     for run_dir in runs.glob("*/*/*/seed*"):  # the live curves: every local run's, step for step
         assert_events_match_logs(run_dir)
+    assert len(list(runs.glob("*/*/*/seed*/weights-released.json"))) == 12  # the rerun's runs' too
+    assert not list(runs.glob("**/checkpoints"))
+    # an evaluation a released run has not had (a setting added later): the DAG stops, naming run and fix
+    cfg["eval_settings"]["later"] = cfg["eval_settings"]["main"]
+    configfile.write_text(yaml.safe_dump(cfg))
+    later = "results/ci/eval/later/single/llama/gspo/seed0/summary.json"  # under --directory
+    out = run([*args, "-n", later], cwd=ROOT, check=False)
+    assert out.returncode and "retention: {weights: keep}" in out.stdout + out.stderr
+    assert "runs/single/llama/gspo/seed0" in out.stdout + out.stderr
     dry = run([*SNAKEMAKE, "-n", "claims", "--configfile", str(configfile), "--directory", str(work)])
     assert "Nothing to be done" in dry.stdout + dry.stderr  # its runs exist: the scorecard plans none
 
@@ -579,6 +597,7 @@ def test_real_claims_target_at_ci_size_end_to_end(real_models, tmp_path):
     assert warm["warmup"]["steps"] == 2 and warm["prompt_format"] == "few_shot"
     hacpo = res / "runs" / "joint" / "state" / "hacpo" / "seed0"
     assert json.loads((hacpo / "run.json").read_text())["config"]["temperature"] == 0.5
+    assert (hacpo / "weights-released.json").is_file() and not (hacpo / "checkpoints").exists()  # retention
     row = json.loads((hacpo / "metrics.jsonl").read_text().splitlines()[0])
     assert {"smollm2/own_adv_sum", "smollm2_warm/cross_adv_sum", "smollm2/s_hete_mean"} <= set(row)
     rows = list(csv.DictReader((res / "tables" / "claims.csv").open()))

@@ -214,6 +214,14 @@ def cmd_pack_results(args) -> int:
     return 0
 
 
+def cmd_release_weights(args) -> int:
+    from hacpo.checkpoints import release_weights
+
+    freed = release_weights(args.run, args.evaluations)
+    print(f"{args.run}: weights released ({freed / 1e9:.2f} GB) after {len(args.evaluations)} evaluations")
+    return 0
+
+
 def cmd_unpack_results(args) -> int:
     from hacpo.pipeline.packs import drift, unpack
 
@@ -267,6 +275,15 @@ def add_cli(sub) -> None:
         help="runs of another CPU type, into a folder of their own, read through a scorecard's results_from:",
     )  # fmt: skip
     u.set_defaults(func=cmd_unpack_results)
+
+    w = sub.add_parser(
+        "release-weights",
+        help="remove a complete run's weights once its evaluations are written (the workflow's retention)",
+    )
+    w.add_argument("run", help="the run directory")
+    w.add_argument("--evaluations", nargs="*", default=[],
+                   help="summary files that must exist first (its evaluations)")  # fmt: skip
+    w.set_defaults(func=cmd_release_weights)
 
     p = sub.add_parser("plan", help="list the runs and jobs a workflow config asks for")
     add_configfile_argument(p)

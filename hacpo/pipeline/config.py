@@ -42,6 +42,20 @@ class ReportSettings(_Strict):
     note: str = Field("", description="a note added under every table")
 
 
+class Retention(_Strict):
+    """What a results folder keeps of a run once it is trained (docs/guide/watching.md, "Disk"). A run keeps
+    its records, logs, profile and evaluations always; its weights are only what its evaluations read."""
+
+    weights: Literal["keep", "after_eval"] | None = Field(
+        None,
+        description="`after_eval`: a run's weights (checkpoints) are removed once every evaluation the "
+        "config asks of it is written (a run no table evaluates: once trained); an evaluation asked later "
+        "stops with the run named and how to train it again. `keep`: every run keeps them. Unset: "
+        "`after_eval` where a model is a pretrained one (`hub:`, `source:`, `warm:`: 0.5 GB and more a run), "
+        "`keep` where every model is a tiny `warmup:` agent (megabytes)",
+    )
+
+
 class PipelineConfig(ViewChecks, _Strict):
     engine: Literal["local", "openrlhf"] = Field(
         "local",
@@ -95,6 +109,9 @@ class PipelineConfig(ViewChecks, _Strict):
         RunLogging(),
         description="every run's live curves (TensorBoard, W&B); a runtime option: changing it retrains "
         "nothing",
+    )
+    retention: Retention = Field(
+        Retention(), description="what a run keeps once it is trained and evaluated: its weights or not"
     )
     results_dir: Annotated[str, Field(min_length=1)] | None = Field(
         None,
@@ -201,6 +218,13 @@ class PipelineConfig(ViewChecks, _Strict):
         return errs
 
     # ------------------------------------------------------------------ lookups used by the pipeline
+    @property
+    def release_weights(self) -> bool:
+        """Whether a run's weights go once its evaluations are written (:class:`Retention`, its default)."""
+        if self.retention.weights is not None:
+            return self.retention.weights == "after_eval"
+        return any(m.warmup is None for m in self.models.values())
+
     def method_names(self) -> set[str]:
         """Named entries plus every registry name mentioned in tables (registry names need no entry)."""
         names = set(self.methods)

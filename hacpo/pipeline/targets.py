@@ -12,6 +12,7 @@ Paths (all under the config's results folder, :func:`results_dir`)::
     agents/<model>/agent.json                          tiny local agent (CPU engine warm-up)
     runs/single/<model>/<method>/seed<seed>/done.json  single-agent run (GRPO, GSPO, GSPO×2, …)
     runs/joint/<pair>/<method>/seed<seed>/done.json    joint run (Naive, HACPO, ablations)
+    runs/<kind>/<group>/<method>/seed<seed>/weights-released.json  its weights removed after its evaluations
     eval/<setting>/<target>/summary.json               target: base/<model>
                                                          | single/<model>/<method>/seed<seed>
                                                          | joint/<pair>/<method>/seed<seed>/<agent>
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from hacpo.config import split_runtime
 from hacpo.reward.custom import CustomReward
+from hacpo.runio import WEIGHTS_RELEASED, weights_released
 from hacpo.specs import EvalJob, EvalRuntime, checked
 
 from .config import PipelineConfig, load_pipeline_config
@@ -42,6 +44,11 @@ TARGET = re.compile(
     r"^(?:base/(?P<bmodel>[a-z][a-z0-9_]*)"
     r"|(?P<kind>single|joint)/(?P<group>[a-z][a-z0-9_]*)/(?P<method>[a-z][a-z0-9_]*)/seed(?P<seed>\d+)"
     r"(?:/(?P<agent>[a-z][a-z0-9_]*))?)$"
+)
+
+# A file of a run, or of its evaluation, under a results folder: its run's parts.
+RUN_FILE = re.compile(
+    rf"^/(?:runs|eval/{_ID})/(?P<kind>single|joint)/(?P<group>{_ID})/(?P<method>{_ID})/seed(?P<seed>\d+)/"
 )
 
 
@@ -342,7 +349,12 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------ evaluation
     def eval_inputs(self, setting: str, target: str) -> list[str]:
+        """An evaluation's files; a run whose weights were released (:meth:`release_inputs`) stops the
+        workflow when the DAG is built, naming the run and how to get them back."""
         run, model = self.run_of_target(target)
+        if run is not None and not os.path.isfile(self.eval_summary(setting, target)):
+            if released := weights_released(run.dir):
+                raise FileNotFoundError(f"{self.eval_summary(setting, target)}: {released}")
         benches = self.cfg.benchmarks_of(setting)
         data = sorted({self.dataset_file(self.cfg.benchmarks[b].dataset) for b in benches})
         return data + (self.model_inputs(model) if run is None else [run.done])
@@ -475,6 +487,45 @@ class Pipeline:
             self.figure(name)
         return sorted(self._noted)
 
+    # ------------------------------------------------------------------------------ retention
+    @staticmethod
+    def release_marker(run: Run) -> str:
+        """The release job's output: the note :func:`hacpo.checkpoints.release_weights` writes."""
+        return f"{run.dir}/{WEIGHTS_RELEASED}"
+
+    @cached_property
+    def _evaluations(self) -> dict[str, set[str]]:
+        """Run directory → the summaries of every evaluation of it the config can ask for: the default
+        tables' and figures', and a sequential scorecard's at its largest look (a look asks a subset)."""
+        files = [f for name in self.defaults("tables") for f in self.table(name)[0]]
+        files += [f for name in self.defaults("figures") for f in self.figure(name)[0]]
+        for name in self.sequential_tables():
+            largest = dict.fromkeys(self.views.claim_row_keys(name), self.cfg.tables[name].sequential.max)
+            files += self.claims_look(name, largest)[0]
+        out: dict[str, set[str]] = {}
+        for f in files:
+            run = self._run_of(f) if f.startswith(f"{self.results}/eval/") else None
+            if run is not None and f.endswith("/summary.json"):
+                out.setdefault(run.dir, set()).add(f)
+        return out
+
+    def _run_of(self, file: str) -> Run | None:
+        """The run of this folder a file belongs to (its own, or its evaluation's); None for any other."""
+        m = RUN_FILE.match(file[len(self.results) :]) if file.startswith(self.results) else None
+        return Run(m["kind"], m["group"], m["method"], int(m["seed"]), self.results) if m else None
+
+    def release_inputs(self, run: Run) -> list[str]:
+        """What a run's weights wait for before they go: its ``done.json`` and every evaluation of it."""
+        return [run.done, *sorted(self._evaluations.get(run.dir, ()))]
+
+    def release_targets(self, runs: list[Run]) -> list[str]:
+        """The release notes of ``runs`` where the config releases weights (``retention``), else none."""
+        return [self.release_marker(r) for r in runs] if self.cfg.release_weights else []
+
+    def runs_of(self, files: list[str]) -> list[Run]:
+        """The runs of this folder whose files (``done.json``, an evaluation, …) are among ``files``."""
+        return sorted({run for f in files if (run := self._run_of(f))})
+
     def table_names(self, rule: str) -> list[str]:
         """The wildcard values of each table rule: ``claims`` (the scorecards), ``drawn`` (tables that draw
         their own figure, ``figure: true``) and ``table`` (every other)."""
@@ -492,7 +543,7 @@ class Pipeline:
         names = [*self.defaults("tables"), *self.defaults("figures")]
         files = [f for name in names for f in self.named_target(name)]
         profiles = [f"{self.results}/profiles.csv"] if self.runs else []  # a config of base evaluations only
-        return files + [f"{self.results}/data/manifest.json", *profiles]
+        return files + [f"{self.results}/data/manifest.json", *profiles, *self.release_targets(self.runs)]
 
     def named_target(self, name: str) -> list[str]:
         """Files of one table (csv, md, tex) or figure (png): the `snakemake <name>` target."""

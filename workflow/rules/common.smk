@@ -65,6 +65,10 @@ def train_threads(wildcards):
     return PIPE.train_runtime(_run(wildcards)).get("threads", 1)
 
 
+def release_inputs(wildcards):
+    return PIPE.release_inputs(_run(wildcards))
+
+
 def train_gpus(wildcards):
     return PIPE.gpus(_run(wildcards))
 
@@ -109,7 +113,11 @@ def _look(wildcards):
 
 
 def look_inputs(wildcards):
-    (files, _), previous = _look(wildcards)
+    return look_inputs_of(wildcards.claims, int(wildcards.k))
+
+
+def look_inputs_of(claims, k):
+    (files, _), previous = _look_of(claims, k)
     return files + ([previous] if previous else [])
 
 
@@ -129,8 +137,10 @@ def decided_look(name):
     k = 1
     while True:
         record = checkpoints.claims_look.get(claims=name, k=k).output.record
-        if json.load(open(record))["done"]:
-            return PIPE.look_files(name, k)
+        if json.load(open(record))["done"]:  # + the release notes of every look's runs (retention)
+            runs = PIPE.runs_of([f for j in range(1, k + 1) for f in look_inputs_of(name, j)])
+            notes = PIPE.release_targets(runs)
+            return PIPE.look_files(name, k) | {f"release{i}": f for i, f in enumerate(notes)}
         k += 1
 
 

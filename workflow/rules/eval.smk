@@ -11,6 +11,7 @@ rule evaluate:
         "<results>/logs/eval/{setting}/{target}.log",
     benchmark:
         "<results>/benchmarks/eval/{setting}/{target}.tsv"
+    priority: 1  # a trained run's evaluations before the next run's training (retention frees its weights)
     conda:
         PIPE.conda_env
     resources:

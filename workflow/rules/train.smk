@@ -31,3 +31,26 @@ rule train_all:
     input:
         [r.done for r in PIPE.runs],
     localrule: True
+
+
+# Retention (`retention: {weights: after_eval}`, the default for pretrained models; docs/guide/watching.md,
+# "Disk"): once every evaluation the config asks of a run is written, its weights go. The note is this job's
+# own output, so the train job's done.json stays and Snakemake never retrains a released run; an evaluation
+# asked later stops at once, naming the run (PIPE.eval_inputs). Not temp(): Snakemake deletes a job's
+# directory outputs before it runs, and the checkpoints are what an interrupted run resumes from.
+rule release_weights:
+    input:
+        release_inputs,
+    output:
+        "<results>/runs/{kind}/{group}/{method}/seed{seed}/weights-released.json",
+    log:
+        "<results>/logs/release/{kind}/{group}/{method}/seed{seed}.log",
+    priority: 2  # before a new run's training: a trained run's weights live as briefly as they can
+    localrule: True
+    conda:
+        "../../envs/hacpo-cpu.yaml"
+    params:
+        run=subpath(output[0], parent=True),
+        evaluations=lambda wildcards, input: input[1:],
+    shell:
+        "hacpo release-weights {params.run} --evaluations {params.evaluations} > {log} 2>&1"
