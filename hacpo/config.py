@@ -200,14 +200,9 @@ class AgentRef(BaseModel):
         description="this agent's own adapter (None: the run's `adapter`); `{}` trains it fully in LoRA runs",
     )
     shared_base: str | None = Field(
-        None,
-        pattern=r"^[A-Za-z0-9_.-]+$",
-        description=(
-            "a name for a base model held once: every agent naming it is a LoRA adapter on one copy of "
-            "the same base weights, with its own adapter and optimizer (the same maths as separate copies, "
-            "less memory; local engine). `path` is the base, or an adapter checkpoint trained on it to "
-            "start from (None: the agent holds its own copy)"
-        ),
+        None, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="a base held once by the agents naming it (local engine), each a LoRA adapter with its "
+        "own optimizer, as on copies of their own; `path`: the base, or an adapter on it to start from",
     )
     lr: float | None = Field(None, gt=0, description="this agent's learning rate (None: the run's `lr`)")
 
@@ -503,9 +498,8 @@ class TrainConfig(BaseModel):
             if a.shared_base is not None and self.agent_adapter(i) is None:
                 raise ValueError(
                     f"agents.{i} ({a.name!r}): shared_base {a.shared_base!r} needs a LoRA adapter (the "
-                    "base stays frozen, shared by its agents): give the agent `adapter: {lora: {rank: 8}}` "
-                    "or the run `adapter: {lora: {rank: 8}}`, or remove shared_base to train every weight "
-                    "of its own copy"
+                    "shared base stays frozen): give the agent or the run `adapter: {lora: {rank: 8}}`, or "
+                    "remove shared_base to train every weight of a copy of its own"
                 )
         return self
 
@@ -522,18 +516,6 @@ class TrainConfig(BaseModel):
         """Agent ``index``'s LoRA adapter, None for full fine-tuning (its own choice, else the run's)."""
         chosen = self.agents[index].adapter or self.adapter
         return chosen.lora if chosen is not None else None
-
-    def agent_lr(self, index: int) -> float:
-        """Agent ``index``'s learning rate: its own, else the run's."""
-        return self.agents[index].lr or self.lr
-
-    def shared_bases(self) -> dict[str, list[int]]:
-        """Each ``shared_base`` name → the indices of the agents on it (one copy of the base each name)."""
-        groups: dict[str, list[int]] = {}
-        for i, a in enumerate(self.agents):
-            if a.shared_base is not None:
-                groups.setdefault(a.shared_base, []).append(i)
-        return groups
 
     def resolved_method(self) -> Method:
         """The registry method under this run's variant knobs and SGT's rescue advantage."""
@@ -584,9 +566,8 @@ class TrainConfig(BaseModel):
             agent.pop("adapter")
             if lora is not None:
                 agent["adapter"] = {"lora": lora.model_dump()}
-            # a shared base changes memory, not maths (tests/test_shared_base.py): never the identity
-            agent.pop("shared_base")
-            if agent["lr"] is None:  # the run's lr: runs older than per-agent rates keep their identity
+            agent.pop("shared_base")  # memory, not maths (tests/test_shared_base.py): not the identity
+            if agent["lr"] is None:  # the run's: runs older than per-agent rates keep their identity
                 agent.pop("lr")
         if "reward" in keep:  # a verifier: its source's hash, not its timeout (a runtime option)
             keep["reward"] = reward_identity(self.reward)
@@ -610,54 +591,21 @@ class TrainConfig(BaseModel):
             problems.append(f"train_file {self.train_file!r} does not exist: {make}")
         if self.val_file and not Path(self.val_file).is_file():
             problems.append(f"val_file {self.val_file!r} does not exist: {make}")
-        for a in self.agents:
-            if (Path(a.path) / "adapter_config.json").is_file():  # a starting adapter: its base must be here
-                try:
-                    _adapter_base(a.path)
-                except ValueError as err:
-                    problems.append(f"agent {a.name!r}: {err}")
-                if self.agent_adapter(self.agents.index(a)) is None:
-                    problems.append(
-                        f"agent {a.name!r}: {a.path!r} is a LoRA adapter checkpoint: train it as one "
-                        "(`adapter: {lora: …}` with its rank and target_modules), or train every weight of "
-                        "its merged export (`hacpo export --merge`)"
-                    )
-            elif not (Path(a.path) / "config.json").is_file():
+        for i, a in enumerate(self.agents):
+            start = (Path(a.path) / "adapter_config.json").is_file()  # a starting adapter: LoRA agents only
+            if start and self.agent_adapter(i) is None:
+                problems.append(
+                    f"agent {a.name!r}: {a.path!r} is a LoRA adapter checkpoint: train it as one "
+                    "(`adapter: {lora: …}`, its rank and targets), or every weight of its merged export "
+                    "(`hacpo export --merge`)"
+                )
+            elif not start and not (Path(a.path) / "config.json").is_file():
                 problems.append(
                     f"agent {a.name!r}: {a.path!r} is not a Hugging Face model directory (no config.json): "
                     f"download one (`huggingface-cli download ORG/MODEL --local-dir {a.path}`), build a toy "
                     "agent with `hacpo build-agent`, or point `path` at a checkpoint"
                 )
-        return problems + self._shared_base_problems()
-
-    def _shared_base_problems(self) -> list[str]:
-        """Agents on one ``shared_base`` must start from the same base weights (one copy serves them)."""
-        problems = []
-        for name, group in self.shared_bases().items():
-            bases = {}
-            for i in group:
-                a = self.agents[i]
-                start = (Path(a.path) / "adapter_config.json").is_file()  # a starting adapter: its base
-                try:
-                    path = _adapter_base(a.path) if start else a.path
-                except ValueError:
-                    continue  # named above
-                bases.setdefault(str(Path(path).resolve()), []).append(a.name)
-            if len(bases) > 1:
-                said = "; ".join(f"{', '.join(agents)} on {base}" for base, agents in bases.items())
-                problems.append(
-                    f"shared_base {name!r}: its agents must have one base model, got {said}: point every "
-                    "such agent's `path` at the same base (or an adapter checkpoint trained on it), or give "
-                    "agents on another base another shared_base name"
-                )
         return problems
-
-
-def _adapter_base(path: str | Path) -> Path:
-    """The base model directory an adapter checkpoint records (:func:`hacpo.agents.adapters.base_of`)."""
-    from hacpo.agents.adapters import base_of
-
-    return base_of(path)
 
 
 def format_validation_error(err: ValidationError) -> str:

@@ -218,6 +218,12 @@ class PipelineConfig(ViewChecks, _Strict):
             for key in EvalSetting.LOCAL_ONLY
             if getattr(e, key) is not None
         ]
+        errs += [
+            f"models.{name}.lr: the local engine's (engine: openrlhf trains every agent at the run's lr): "
+            "set `lr` in the model's or the pair's `train:` instead"
+            for name, m in self.models.items()
+            if m.lr is not None
+        ]
         nodes = self.openrlhf.nodes
         for what, group in (("models", self.models), ("pairs", self.pairs)):
             for name, g in group.items():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -74,6 +75,26 @@ class Agent:
         return ids.to(device), mask.to(device)
 
 
+def shared_base_problems(cfg: TrainConfig) -> list[str]:
+    """Agents naming one ``shared_base`` must start from the same base weights: one copy serves them all."""
+    bases: dict[str, dict[str, list[str]]] = {}  # shared_base → base directory → agents
+    for a in cfg.agents:
+        if a.shared_base is not None:
+            try:  # a starting adapter's base is the one it records
+                base = adapters.base_of(a.path) if adapters.is_adapter(a.path) else Path(a.path)
+            except ValueError as err:
+                return [f"agent {a.name!r}: {err}"]
+            bases.setdefault(a.shared_base, {}).setdefault(str(base.resolve()), []).append(a.name)
+    return [
+        f"shared_base {name!r}: its agents must have one base model, got "
+        + "; ".join(f"{', '.join(names)} on {base}" for base, names in found.items())
+        + ": point each one's `path` at the same base (or an adapter checkpoint trained on it), or give "
+        "agents on another base another shared_base name"
+        for name, found in bases.items()
+        if len(found) > 1
+    ]
+
+
 def load_agents(cfg: TrainConfig, device, with_ref: bool) -> list[Agent]:
     """Every agent of the run, in order; agents on one ``shared_base`` get one peft model between them."""
     shared: dict[str, torch.nn.Module] = {}  # shared_base name → its peft model
@@ -121,7 +142,7 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool, shar
         params = adapters.trainable_parameters(model)
     # fused: one kernel for all parameters instead of a loop over them (2.5× faster step on a CPU)
     opt = torch.optim.AdamW(
-        params, lr=cfg.agent_lr(index), betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True
+        params, lr=ref.lr or cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay, fused=True
     )
     gen = torch.Generator(device=device).manual_seed(cfg.seed * 1000 + index)
     stops = stop_token_ids(tok, model)
@@ -146,8 +167,6 @@ def _setup(model, cfg: TrainConfig, peft: bool) -> None:
 
 
 def _has_tokenizer(path) -> bool:
-    from pathlib import Path
-
     return (Path(path) / "tokenizer_config.json").is_file()
 
 

@@ -64,10 +64,7 @@ class CheckpointMixin:
                     a.name: (lora.model_dump() if (lora := self.cfg.agent_adapter(i)) else "full")
                     for i, a in enumerate(self.cfg.agents)
                 },
-                "shared_bases": {  # memory, not maths: the agents that hold one base between them
-                    name: [self.cfg.agents[i].name for i in group]
-                    for name, group in self.cfg.shared_bases().items()
-                },
+                "shared_base": {a.name: a.shared_base for a in self.cfg.agents if a.shared_base},
             },
             **final,
         ).write(self.out)
