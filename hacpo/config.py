@@ -199,6 +199,12 @@ class AgentRef(BaseModel):
         None,
         description="this agent's own adapter (None: the run's `adapter`); `{}` trains it fully in LoRA runs",
     )
+    shared_base: str | None = Field(
+        None, pattern=r"^[A-Za-z0-9_.-]+$",
+        description="a base held once by the agents naming it (local engine), each a LoRA adapter with its "
+        "own optimizer, as on copies of their own; `path`: the base, or an adapter on it to start from",
+    )
+    lr: float | None = Field(None, gt=0, description="this agent's learning rate (None: the run's `lr`)")
 
 
 class TrainConfig(BaseModel):
@@ -488,6 +494,13 @@ class TrainConfig(BaseModel):
             )
         if not method.joint and len(self.agents) != 1:
             raise ValueError(f"method {self.method!r} trains a single agent; give exactly one, got {names}")
+        for i, a in enumerate(self.agents):
+            if a.shared_base is not None and self.agent_adapter(i) is None:
+                raise ValueError(
+                    f"agents.{i} ({a.name!r}): shared_base {a.shared_base!r} needs a LoRA adapter (the "
+                    "shared base stays frozen): give the agent or the run `adapter: {lora: {rank: 8}}`, or "
+                    "remove shared_base to train every weight of a copy of its own"
+                )
         return self
 
     def validation_due(self, done: int) -> bool:
@@ -553,6 +566,9 @@ class TrainConfig(BaseModel):
             agent.pop("adapter")
             if lora is not None:
                 agent["adapter"] = {"lora": lora.model_dump()}
+            agent.pop("shared_base")  # memory, not maths (tests/test_shared_base.py): not the identity
+            if agent["lr"] is None:  # the run's: runs older than per-agent rates keep their identity
+                agent.pop("lr")
         if "reward" in keep:  # a verifier: its source's hash, not its timeout (a runtime option)
             keep["reward"] = reward_identity(self.reward)
         return keep
@@ -575,8 +591,15 @@ class TrainConfig(BaseModel):
             problems.append(f"train_file {self.train_file!r} does not exist: {make}")
         if self.val_file and not Path(self.val_file).is_file():
             problems.append(f"val_file {self.val_file!r} does not exist: {make}")
-        for a in self.agents:
-            if not (Path(a.path) / "config.json").is_file():
+        for i, a in enumerate(self.agents):
+            start = (Path(a.path) / "adapter_config.json").is_file()  # a starting adapter: LoRA agents only
+            if start and self.agent_adapter(i) is None:
+                problems.append(
+                    f"agent {a.name!r}: {a.path!r} is a LoRA adapter checkpoint: train it as one "
+                    "(`adapter: {lora: …}`, its rank and targets), or every weight of its merged export "
+                    "(`hacpo export --merge`)"
+                )
+            elif not start and not (Path(a.path) / "config.json").is_file():
                 problems.append(
                     f"agent {a.name!r}: {a.path!r} is not a Hugging Face model directory (no config.json): "
                     f"download one (`huggingface-cli download ORG/MODEL --local-dir {a.path}`), build a toy "

@@ -4,10 +4,11 @@ A run with ``adapter: {lora: …}`` trains ΔW = (alpha / rank) · B A on the bl
 base frozen, once in memory (:func:`attach`). The KL reference is the same module with the adapter switched
 off (:func:`reference`): no second copy of the model. A checkpoint is what trained: ``adapter_config.json``
 (peft's, with the base's absolute path in ``base_model_name_or_path``) and ``adapter_model.safetensors``,
-megabytes instead of gigabytes. Everything that serves a model (local evaluation, vLLM, ``hacpo export
---merge``) reads an adapter checkpoint as base + merged adapter (:func:`load_causal_lm`, :func:`servable`,
-:func:`export_merged`), so a plain Hugging Face directory and an adapter checkpoint are interchangeable
-wherever a checkpoint is read.
+megabytes instead of gigabytes. Several agents may be adapters on one base (:func:`add`): the base once in
+memory, one named adapter each, the one in use switched on (:func:`activate`). Everything that serves a
+model (local evaluation, vLLM, ``hacpo export --merge``) reads an adapter checkpoint as base + merged
+adapter (:func:`load_causal_lm`, :func:`servable`, :func:`export_merged`), so a plain Hugging Face
+directory and an adapter checkpoint are interchangeable wherever a checkpoint is read.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def lora_config(spec):
     )
 
 
-def attach(model, spec, base_path: str | Path, what: str = "adapter.lora"):
+def attach(model, spec, base_path: str | Path, what: str = "adapter.lora", name: str = "default"):
     """Wrap ``model`` (loaded from ``base_path``) in a trainable LoRA adapter; returns peft's model.
 
     The Hugging Face model is changed in place (its target linears become LoRA layers, every base weight
@@ -53,7 +54,7 @@ def attach(model, spec, base_path: str | Path, what: str = "adapter.lora"):
     from peft import get_peft_model
 
     try:
-        peft_model = get_peft_model(model, lora_config(spec))
+        peft_model = get_peft_model(model, lora_config(spec), adapter_name=name)
     except ValueError as err:  # peft: "Target modules {...} not found in the base model"
         names = sorted(
             {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
@@ -62,8 +63,26 @@ def attach(model, spec, base_path: str | Path, what: str = "adapter.lora"):
             f"{what}.target_modules {spec.target_modules!r} does not fit {base_path}: {err}. Its linear "
             f"layers are named {names}; use all-linear (every linear layer of the blocks) or some of those"
         ) from None
-    peft_model.peft_config["default"].base_model_name_or_path = str(Path(base_path).resolve())
+    peft_model.peft_config[name].base_model_name_or_path = str(Path(base_path).resolve())
     return peft_model
+
+
+def add(peft_model, spec, name: str, base_path: str | Path) -> None:
+    """Another agent's adapter ``name`` on ``peft_model``'s base (held once for both): its own rank,
+    alpha and targets; B at zero, so it too starts as the base's function."""
+    peft_model.add_adapter(name, lora_config(spec))
+    peft_model.peft_config[name].base_model_name_or_path = str(Path(base_path).resolve())
+
+
+def activate(peft_model, name: str) -> None:
+    """Switch adapter ``name`` on (the others off): forwards, sampling and gradients are its agent's."""
+    if peft_model.active_adapter != name:
+        peft_model.set_adapter(name)
+
+
+def adapter_parameters(peft_model, name: str) -> list[torch.nn.Parameter]:
+    """Adapter ``name``'s weights, in module order: its agent's optimizer holds these and nothing else."""
+    return [p for n, p in peft_model.named_parameters() if "lora_" in n and f".{name}." in n]
 
 
 def inner(peft_model) -> torch.nn.Module:
@@ -83,19 +102,30 @@ def reference(peft_model):
         yield inner(peft_model)
 
 
-def save(peft_model, out_dir: str | Path) -> None:
-    """The adapter alone: ``adapter_config.json`` and ``adapter_model.safetensors``."""
-    peft_model.save_pretrained(out_dir, safe_serialization=True)
+def save(peft_model, out_dir: str | Path, name: str = "default") -> None:
+    """Adapter ``name`` alone: ``adapter_config.json`` and ``adapter_model.safetensors``, the same files
+    whether it shares its base or not (peft would put a named adapter in a subfolder)."""
+    if name == "default":
+        peft_model.save_pretrained(out_dir, safe_serialization=True)
+        return
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    state = get_peft_model_state_dict(peft_model, adapter_name=name)  # keys without the adapter's name
+    tensors = {k: v.contiguous() for k, v in state.items()}
+    save_file(tensors, Path(out_dir) / ADAPTER_WEIGHTS, metadata={"format": "pt"})
+    peft_model.peft_config[name].save_pretrained(out_dir)
 
 
-def load_weights(peft_model, checkpoint: str | Path) -> None:
-    """Restore a saved adapter's weights into ``peft_model`` (resume), exactly as they were written."""
+def load_weights(peft_model, checkpoint: str | Path, name: str = "default") -> None:
+    """Restore a saved adapter's weights into adapter ``name`` of ``peft_model`` (a resume, or a starting
+    adapter), exactly as they were written."""
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
     state = load_file(Path(checkpoint) / ADAPTER_WEIGHTS)
-    result = set_peft_model_state_dict(peft_model, state)
-    missing = [k for k in result.missing_keys if "lora_" in k]
+    result = set_peft_model_state_dict(peft_model, state, adapter_name=name)
+    missing = [k for k in result.missing_keys if "lora_" in k and f".{name}." in k]
     if result.unexpected_keys or missing:
         raise ValueError(
             f"{checkpoint}: the adapter does not fit this run's model (unexpected "

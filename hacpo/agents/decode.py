@@ -84,7 +84,8 @@ class KVDecoder:
         self.eps = cfg.rms_norm_eps
         self.qk_norm = cfg.model_type == "qwen3"
         linear = _autocast_weights(model.lm_head.weight.device.type)
-        self.core, self.lm_head = core, linear(model.lm_head.weight)
+        w = _applied_weight
+        self.core, self.lm_head = core, linear(w(model.lm_head))
         self.inv_freq = core.rotary_emb.inv_freq.float()
         self.layers = []
         for layer in core.layers:
@@ -92,13 +93,13 @@ class KVDecoder:
             self.layers.append(
                 dict(
                     ln1=layer.input_layernorm.weight,
-                    qkv=linear(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight),
+                    qkv=linear(w(attn.q_proj), w(attn.k_proj), w(attn.v_proj)),
                     q_norm=attn.q_norm.weight if self.qk_norm else None,
                     k_norm=attn.k_norm.weight if self.qk_norm else None,
-                    o=linear(attn.o_proj.weight),
+                    o=linear(w(attn.o_proj)),
                     ln2=layer.post_attention_layernorm.weight,
-                    gate_up=linear(mlp.gate_proj.weight, mlp.up_proj.weight),
-                    down=linear(mlp.down_proj.weight),
+                    gate_up=linear(w(mlp.gate_proj), w(mlp.up_proj)),
+                    down=linear(w(mlp.down_proj)),
                 )
             )
         b, tp = rows.shape[0], prompts.length
@@ -153,6 +154,23 @@ class KVDecoder:
             gate, up = F.linear(self._norm(x, layer["ln2"]), layer["gate_up"]).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, layer["down"])
         return F.linear(self._norm(x, self.core.norm.weight), self.lm_head)
+
+
+@torch.no_grad()
+def _applied_weight(layer: torch.nn.Module) -> torch.Tensor:
+    """The weight ``layer``'s forward applies: a LoRA layer's (peft) is its base weight plus the active
+    adapters' ΔW = (alpha / rank) · B A, none while adapters are off (the KL reference) or merged in; a
+    plain layer's is its ``weight``. Without this the decoder would sample from the base alone."""
+    base = getattr(layer, "base_layer", None)
+    if base is None:
+        return layer.weight
+    weight = base.weight
+    if layer.disable_adapters or layer.merged:
+        return weight
+    for name in layer.active_adapters:
+        if name in layer.lora_A:
+            weight = weight + layer.get_delta_weight(name).to(weight.dtype)
+    return weight
 
 
 def _autocast_weights(device_type: str):

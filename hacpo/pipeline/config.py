@@ -180,6 +180,32 @@ class PipelineConfig(ViewChecks, _Strict):
         for name, p in self.pairs.items():
             for i, a in enumerate(p.agents):
                 errs += need(f"pairs.{name}.agents.{i}", a, self.models, "model")
+        return errs + self._shared_base_problems()
+
+    def _shared_base_problems(self) -> list[str]:
+        """A ``shared_base:`` model names a model with weights of its own, and trains a LoRA adapter."""
+        errs, run_lora = [], (self.training.get("adapter") or {}).get("lora")
+        for name, m in self.models.items():
+            if m.shared_base is None:
+                continue
+            base = self.models.get(m.shared_base)
+            if base is None or base.shared_base is not None:
+                own = ", ".join(k for k, v in self.models.items() if v.shared_base is None)
+                errs.append(
+                    f"models.{name}.shared_base: {m.shared_base!r} is not a model of this config with "
+                    f"weights of its own (`hub:`, `warmup:`, `source:` or `warm:`); those are: {own}"
+                )
+            lora = m.adapter.lora if m.adapter is not None else run_lora
+            if lora is None:
+                errs.append(
+                    f"models.{name}.shared_base: a model on a shared base trains a LoRA adapter (the base "
+                    "stays frozen): give it `adapter: {lora: {rank: 8}}` (or every run `training.adapter`)"
+                )
+            if self.engine != "local":
+                errs.append(
+                    f"models.{name}.shared_base: only the local engine holds one base for several agents "
+                    f"(engine: {self.engine} loads each its own): give it the base's own source instead"
+                )
         return errs
 
     def _engine_problems(self) -> list[str]:
@@ -191,6 +217,12 @@ class PipelineConfig(ViewChecks, _Strict):
             for name, e in self.eval_settings.items()
             for key in EvalSetting.LOCAL_ONLY
             if getattr(e, key) is not None
+        ]
+        errs += [
+            f"models.{name}.lr: the local engine's (engine: openrlhf trains every agent at the run's lr): "
+            "set `lr` in the model's or the pair's `train:` instead"
+            for name, m in self.models.items()
+            if m.lr is not None
         ]
         nodes = self.openrlhf.nodes
         for what, group in (("models", self.models), ("pairs", self.pairs)):

@@ -100,6 +100,8 @@ class Pipeline:
 
     def model_path(self, model: str) -> str:
         m = self.cfg.models[model]
+        if m.shared_base is not None:  # the base's weights: an adapter of its own starts on them
+            return self.model_path(m.shared_base)
         if m.written_by_workflow:
             return f"{self.results}/models/{model}"
         return m.hub if m.hub else f"{self.results}/agents/{model}"
@@ -197,6 +199,8 @@ class Pipeline:
         that a model not yet downloaded stops the workflow before any job runs; with the Hub offline, a Hub
         model's files in the Hugging Face cache, checked alike (:mod:`.prefetch`)."""
         m = self.cfg.models[model]
+        if m.shared_base is not None:
+            return self.model_inputs(m.shared_base)
         if m.written_by_workflow:
             if m.source and not Path(self.import_marker(model)).is_file():
                 from hacpo.pipeline.prefetch import require_cached
@@ -309,7 +313,7 @@ class Pipeline:
             **engine,
             **settings,
             "method": cfg.registry_method(run.method).name,
-            "agents": [self._agent_ref(a, run_adapter) for a in self.run_agents(run)],
+            "agents": self._agent_refs(self.run_agents(run), run_adapter),
             "train_file": self.dataset_file(cfg.train_data),
             "val_file": self.dataset_file(cfg.val_data) if cfg.val_data else None,
             "out_dir": run.dir,
@@ -317,13 +321,25 @@ class Pipeline:
             "logging": cfg.logging.model_dump(),
         }
 
+    def _agent_refs(self, models: list[str], run_adapter: dict | None) -> list[dict]:
+        """A run's agents; the LoRA agents of one base (a model and those whose ``shared_base`` names it),
+        two or more, share it (``shared_base``: the base's model name)."""
+        refs = [self._agent_ref(m, run_adapter) for m in models]
+        roots = [self.cfg.models[m].shared_base or m for m in models]
+        lora_roots = [root for root, ref in zip(roots, refs, strict=True) if "adapter" in ref]
+        for ref, root in zip(refs, roots, strict=True):
+            if "adapter" in ref and lora_roots.count(root) > 1:
+                ref["shared_base"] = root
+        return refs
+
     def _agent_ref(self, model: str, run_adapter: dict | None = None) -> dict:
-        """A run's entry for ``model``: its name, path and the adapter it trains (its model entry's, else the
-        run's ``training.adapter``; none: full fine-tuning)."""
-        own = self.cfg.models[model].adapter
-        adapter = own.model_dump() if own is not None else run_adapter
+        """A run's entry for ``model``: its name, path, the adapter it trains (its model entry's, else the
+        run's ``training.adapter``; none: full fine-tuning) and its own learning rate, if it has one."""
+        m = self.cfg.models[model]
+        adapter = m.adapter.model_dump() if m.adapter is not None else run_adapter
         lora = {"adapter": adapter} if adapter and adapter.get("lora") else {}
-        return {"name": model, "path": self.model_path(model), **lora}
+        lr = {"lr": m.lr} if m.lr is not None else {}
+        return {"name": model, "path": self.model_path(model), **lora, **lr}
 
     def train_spec(self, run: Run) -> dict:
         """What the run computes (the train rule's rerun trigger): :meth:`train_config` less runtime ones; a

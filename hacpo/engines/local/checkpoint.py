@@ -64,6 +64,7 @@ class CheckpointMixin:
                     a.name: (lora.model_dump() if (lora := self.cfg.agent_adapter(i)) else "full")
                     for i, a in enumerate(self.cfg.agents)
                 },
+                "shared_base": {a.name: a.shared_base for a in self.cfg.agents if a.shared_base},
             },
             **final,
         ).write(self.out)
@@ -73,13 +74,16 @@ class CheckpointMixin:
         at any point leaves the previous complete checkpoint of every agent in place. Weights holding NaN/inf
         are never written (:class:`~hacpo.engines.core.nonfinite.NonFiniteWeights`, before any agent's)."""
         for agent in self.agents:
-            if bad := nonfinite_weights(agent.model.named_parameters()):
+            weights = agent.model.named_parameters()
+            if agent.peft is not None:  # its adapter: the base never moves, a shared base's others are theirs
+                weights = ((n, p) for n, p in weights if f".{agent.adapter}." in n)
+            if bad := nonfinite_weights(weights):
                 raise NonFiniteWeights(agent.name, bad)
         for agent in self.agents:
             final = self.out / "checkpoints" / agent.name / f"step-{step}"
             with atomic_dir(final) as tmp:
                 if agent.peft is not None:  # what trained: the adapter (megabytes), its base by path
-                    adapters.save(agent.peft, tmp)
+                    adapters.save(agent.peft, tmp, agent.adapter)
                     agent.model.generation_config.save_pretrained(tmp)  # every stop id, beside the tokenizer
                 else:
                     agent.model.save_pretrained(tmp)
@@ -125,7 +129,7 @@ class CheckpointMixin:
                     f"`device: {saved}`, or train into a new out_dir"
                 )
             if agent.peft is not None:
-                adapters.load_weights(agent.peft, d)
+                adapters.load_weights(agent.peft, d, agent.adapter)
             else:
                 loaded = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
                 agent.model.load_state_dict(loaded.state_dict())

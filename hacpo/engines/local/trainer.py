@@ -51,7 +51,7 @@ from hacpo.hardware import keep_freed_memory, peak_rss_mb, resolve_precision, re
 from hacpo.reward import Scorer
 from hacpo.runio import Profile, RunRecord, run_lock
 
-from .agent import Agent, eval_mode, load_learner  # noqa: F401 (the engine's names, read from here too)
+from .agent import Agent, eval_mode, load_agents, load_learner, shared_base_problems  # noqa: F401 (the engine's names, read from here too)
 from .checkpoint import CheckpointMixin
 from .rows import Rollouts, Rows, _pad_rows  # noqa: F401 (Rollouts: read from here too)
 from .update import UpdateMixin
@@ -62,6 +62,7 @@ NO_CUDA = "device: cuda, but torch sees no CUDA device here: use device: auto (o
 class LocalTrainer(CheckpointMixin, UpdateMixin):
     def __init__(self, cfg: TrainConfig):
         problems = cfg.path_problems()  # every problem in one message
+        problems += shared_base_problems(cfg) if not problems else []
         if cfg.device == "cuda" and not torch.cuda.is_available():
             problems.insert(0, NO_CUDA)
         if problems:
@@ -81,7 +82,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
         self.val = [as_problem(p) for p in val]  # greedy validation problems
         torch.manual_seed(cfg.seed)
         with_ref = self.spec.kl_beta > 0
-        self.agents = [load_learner(a, cfg, self.device, i, with_ref) for i, a in enumerate(cfg.agents)]
+        self.agents = load_agents(cfg, self.device, with_ref)
         self.tracker = CapabilityTracker(len(self.agents), cfg.capability_window, cfg.omega_warmup_steps)
         self.scorer = Scorer(  # training and validation reward
             workers=cfg.scorer_workers,
@@ -130,6 +131,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
 
     def _rollout(self, agent: Agent, problems: list[dict], g: int) -> Rollouts:
         cfg = self.cfg
+        agent.activate()  # sampling, π_old and the reference (all adapters off) through its adapter
         with self.phase("generate"), self.autocast():
             p_ids, p_mask = agent.prompt_ids(problems, cfg.prompt_style, self.device)
             index = torch.arange(len(problems)).repeat_interleave(g)
@@ -259,7 +261,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
         with self.phase("validate"), self.autocast():
             return [
                 greedy_accuracy(
-                    agent.model,
+                    agent.activate().model,
                     agent.tok,
                     self.val,
                     self.cfg.prompt_style,
@@ -382,7 +384,7 @@ class LocalTrainer(CheckpointMixin, UpdateMixin):
         rows = self._rows_for(k, rolls, omegas)
         cross = torch.nonzero(~rows.is_own).flatten()
         if len(cross):
-            dev, agent = self.device, self.agents[k]
+            dev, agent = self.device, self.agents[k].activate()
             p_ids, p_mask = agent.prompt_ids(problems, self.cfg.prompt_style, "cpu")
             with torch.no_grad(), self.autocast(), eval_mode(agent.model):
                 lp = token_logprobs_shared_prompt(

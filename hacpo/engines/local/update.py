@@ -8,7 +8,6 @@ import math
 
 import torch
 
-from hacpo.agents import adapters
 from hacpo.agents.lm import (
     SharedPrefixes,
     token_budget_chunks,
@@ -41,7 +40,7 @@ class UpdateMixin:
         return torch.tensor(order, dtype=torch.long)
 
     def _update(self, k: int, rows: Rows, problems: list[dict], step: int) -> list[dict]:
-        cfg, learner = self.cfg, self.agents[k]
+        cfg, learner = self.cfg, self.agents[k].activate()  # its adapter on (a shared base's others off)
         p_ids, p_mask = learner.prompt_ids(problems, cfg.prompt_style, "cpu")
         order = self._order(rows, k, step)
         size = max(1, cfg.minibatch_size // self.method.minibatch_divisor)
@@ -56,7 +55,7 @@ class UpdateMixin:
                     own = rows.is_own[idx]
                     whole = (float(len(idx)), float(rows.mask[idx][own].sum()))
                 metrics = self._backward(learner, rows, parts, p_ids, p_mask, m, whole)
-                trained = adapters.trainable_parameters(learner.model)
+                trained = learner.trained()
                 if metrics is None:  # non-finite log-probs: no loss, no gradient to take
                     own_rows = float(rows.is_own[idx].sum())
                     metrics = {"rows": float(len(idx)), "own_rows": own_rows, "loss": math.nan}
@@ -160,7 +159,7 @@ class UpdateMixin:
 
         loss, metrics = policy_loss_live_rows(batch, self.spec, m, logprobs, self.cfg.skip_dead_rows)
         if loss is None:  # every row clamped: zero gradients, so the optimizer still steps as unskipped
-            loss = sum(p.sum() for p in adapters.trainable_parameters(learner.model)) * 0.0
+            loss = sum(p.sum() for p in learner.trained()) * 0.0
         return loss, metrics
 
     def _plain_logprobs(self, learner, prompt_index, resp, p_ids, p_mask):
