@@ -564,8 +564,8 @@ class TrainConfig(BaseModel):
         for i, agent in enumerate(keep["agents"]):
             lora = self.agent_adapter(i)
             agent.pop("adapter")
-            if lora is not None:
-                agent["adapter"] = {"lora": lora.model_dump()}
+            if lora is not None:  # "sampler": LoRA runs before the CPU decoder applied the adapter retrain
+                agent["adapter"] = {"lora": lora.model_dump(), "sampler": "adapter"}
             agent.pop("shared_base")  # memory, not maths (tests/test_shared_base.py): not the identity
             if agent["lr"] is None:  # the run's: runs older than per-agent rates keep their identity
                 agent.pop("lr")

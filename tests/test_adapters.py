@@ -38,6 +38,8 @@ def test_the_adapter_is_part_of_a_runs_identity_and_threads_are_not(tmp_path, to
     assert len(hashes) == 3  # a rank change retrains
     assert r4_threads.config_hash() == r4.config_hash()  # threads never do
     assert "adapter" not in full.run_spec() and "adapter" not in full.run_spec()["agents"][0]
+    # LoRA runs from before the CPU decoder sampled the adapter (it sampled the base) are trained again
+    assert r4.run_spec()["agents"][0]["adapter"]["sampler"] == "adapter"
 
 
 def test_an_agent_overrides_the_runs_adapter(tmp_path, toy_data, small_agent, other_agent):
