@@ -80,9 +80,14 @@ def activate(peft_model, name: str) -> None:
         peft_model.set_adapter(name)
 
 
+def adapter_named_parameters(peft_model, name: str) -> list[tuple[str, torch.nn.Parameter]]:
+    """Adapter ``name``'s weights with their names, in module order (not the base's, nor other adapters')."""
+    return [(n, p) for n, p in peft_model.named_parameters() if "lora_" in n and f".{name}." in n]
+
+
 def adapter_parameters(peft_model, name: str) -> list[torch.nn.Parameter]:
     """Adapter ``name``'s weights, in module order: its agent's optimizer holds these and nothing else."""
-    return [p for n, p in peft_model.named_parameters() if "lora_" in n and f".{name}." in n]
+    return [p for _, p in adapter_named_parameters(peft_model, name)]
 
 
 def inner(peft_model) -> torch.nn.Module:
@@ -132,6 +137,11 @@ def load_weights(peft_model, checkpoint: str | Path, name: str = "default") -> N
             f"{result.unexpected_keys[:3]}, missing {missing[:3]}): was it trained with another rank or "
             "target_modules?"
         )
+
+
+def base_path(path: str | Path) -> Path:
+    """The base weights ``path`` starts from: the base an adapter checkpoint records, else ``path`` itself."""
+    return base_of(path) if is_adapter(path) else Path(path)
 
 
 def base_of(checkpoint: str | Path, base: str | Path | None = None) -> Path:

@@ -81,7 +81,7 @@ def shared_base_problems(cfg: TrainConfig) -> list[str]:
     for a in cfg.agents:
         if a.shared_base is not None:
             try:  # a starting adapter's base is the one it records
-                base = adapters.base_of(a.path) if adapters.is_adapter(a.path) else Path(a.path)
+                base = adapters.base_path(a.path)
             except ValueError as err:
                 return [f"agent {a.name!r}: {err}"]
             bases.setdefault(a.shared_base, {}).setdefault(str(base.resolve()), []).append(a.name)
@@ -110,7 +110,7 @@ def load_learner(ref, cfg: TrainConfig, device, index: int, with_ref: bool, shar
     hf_logging.disable_progress_bar()
 
     start = ref.path if adapters.is_adapter(ref.path) else None  # a starting adapter over its base
-    base = str(adapters.base_of(start)) if start else ref.path
+    base = str(adapters.base_path(ref.path))
     tok = AutoTokenizer.from_pretrained(ref.path if not start or _has_tokenizer(start) else base)
     lora, peft_model, name = cfg.agent_adapter(index), None, "default"
     what = f"agent {ref.name!r}: adapter.lora"

@@ -76,7 +76,7 @@ class CheckpointMixin:
         for agent in self.agents:
             weights = agent.model.named_parameters()
             if agent.peft is not None:  # its adapter: the base never moves, a shared base's others are theirs
-                weights = ((n, p) for n, p in weights if f".{agent.adapter}." in n)
+                weights = adapters.adapter_named_parameters(agent.peft, agent.adapter)
             if bad := nonfinite_weights(weights):
                 raise NonFiniteWeights(agent.name, bad)
         for agent in self.agents:
