@@ -142,17 +142,10 @@ def cmd_train(args) -> int:
         cfg = cfg.model_copy(update={"progress": True})
     if args.engine == "openrlhf":
         from hacpo.engine_options import OpenRLHFOptions
-        from hacpo.engines.openrlhf import train
+        from hacpo.engines.openrlhf import refuse_local_only, train
 
         opts = cfg.openrlhf or OpenRLHFOptions()
-        local_only = [f"agents.{i}.{k}" for i, a in enumerate(cfg.agents) for k in ("shared_base", "lr")
-                      if getattr(a, k) is not None]  # fmt: skip
-        if local_only:
-            raise ValueError(
-                f"{', '.join(local_only)}: the local engine's (a base shared by several agents, an "
-                "agent's own learning rate); the OpenRLHF engine loads a base per agent at the run's lr: "
-                "remove them"
-            )
+        refuse_local_only(cfg)  # before --print-command too
         if opts.gpus_per_node is None:
             raise ValueError("the OpenRLHF engine needs `openrlhf: {gpus_per_node: N}` in the run config")
         if args.print_command:  # what the job would run, as shell lines (nothing is written)

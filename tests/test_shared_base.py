@@ -155,6 +155,12 @@ def test_shared_base_config_errors_name_the_key_and_the_fix(tmp_path, toy_data, 
     with pytest.raises(ValueError, match=r"shared_base 'toy': its agents must have one base model.*`path`"):
         LocalTrainer(load_train_config(other))  # before any model loads
     assert cfg.config_hash() == _config(tmp_path, small_agent, shared=False, data=toy_data).config_hash()
+    from hacpo.engine_options import OpenRLHFOptions
+    from hacpo.engines.openrlhf import train as openrlhf_train
+
+    local_only = r"agents\.0\.shared_base, agents\.1\.shared_base, agents\.1\.lr: the local engine's"
+    with pytest.raises(ValueError, match=local_only):
+        openrlhf_train(cfg, OpenRLHFOptions())  # from Python too, not only `hacpo train --engine openrlhf`
 
 
 def test_a_workflow_pair_shares_a_base_by_one_model_entry():

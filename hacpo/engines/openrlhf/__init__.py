@@ -18,11 +18,24 @@ Nothing here imports OpenRLHF, Ray or vLLM at module level: the CPU install impo
 from __future__ import annotations
 
 
+def refuse_local_only(cfg) -> None:
+    """A run config's keys only the local engine honours stop an OpenRLHF run rather than go unread."""
+    local_only = [f"agents.{i}.{k}" for i, a in enumerate(cfg.agents) for k in ("shared_base", "lr")
+                  if getattr(a, k) is not None]  # fmt: skip
+    if local_only:
+        raise ValueError(
+            f"{', '.join(local_only)}: the local engine's (a base shared by several agents, an "
+            "agent's own learning rate); the OpenRLHF engine loads a base per agent at the run's lr: "
+            "remove them"
+        )
+
+
 def train(cfg, opts):
     """Train (or resume) one run on OpenRLHF (:func:`hacpo.engines.openrlhf.runner.train`)."""
+    refuse_local_only(cfg)
     from .runner import train as _train
 
     return _train(cfg, opts)
 
 
-__all__ = ["train"]
+__all__ = ["refuse_local_only", "train"]
