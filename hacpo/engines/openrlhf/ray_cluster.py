@@ -122,7 +122,7 @@ def ray_cluster(
         started.append(
             subprocess.Popen(head_cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         )
-        _wait_for_head(ray, address, started[0], start_timeout_s, temp_dir)
+        _wait_for_head(address, started[0], start_timeout_s, temp_dir)
         others = [n for n in slurm_nodes(env)[1:]]
         if others:
             worker_cmd = [
@@ -179,19 +179,22 @@ def worker_port_block(lock_dir: str = "/tmp") -> Iterator[tuple[int, int]]:
     raise RuntimeError(f"every Ray worker-port block of this node is in use ({first}-{end - 1})")
 
 
-def _wait_for_head(ray: str, address: str, head: subprocess.Popen, timeout_s: float, temp_dir: Path) -> None:
+HEAD_READY = "Ray runtime started."  # `ray start` prints it once the head's GCS and raylet are up
+
+
+def _wait_for_head(address: str, head: subprocess.Popen, timeout_s: float, temp_dir: Path) -> None:
+    """Until ``ray start --head`` says its runtime started. Read from its log: a ``ray status`` probe is a
+    Python process importing Ray (about 2 s of CPU each), and several ran per job start on a busy machine."""
+    log = temp_dir / "ray-start.log"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if head.poll() is not None:
-            log = (temp_dir / "ray-start.log").read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"`ray start --head` exited with {head.returncode}:\n{log}")
-        probe = subprocess.run(
-            [ray, "status", f"--address={address}"], capture_output=True, text=True, timeout=60
-        )
-        if probe.returncode == 0:
+        if HEAD_READY in log.read_text(errors="replace"):
             return
-        time.sleep(1.0)
-    raise RuntimeError(f"the Ray head at {address} did not answer within {timeout_s:.0f} s")
+        if head.poll() is not None:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"`ray start --head` exited with {head.returncode}:\n{tail}")
+        time.sleep(0.2)
+    raise RuntimeError(f"the Ray head at {address} did not start within {timeout_s:.0f} s (its log: {log})")
 
 
 def stop_process(proc: subprocess.Popen, grace_s: float = 30.0) -> None:

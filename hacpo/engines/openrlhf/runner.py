@@ -512,10 +512,18 @@ def write_joint_spec(cfg: TrainConfig, opts: OpenRLHFOptions, layout: Layout) ->
 def _run(argv, env, layout: Layout, opts: OpenRLHFOptions, launcher, on_tick) -> int:
     if launcher is not None:
         return launcher(argv, env, layout.log)
+    from .build_locks import CPU_MIN_AGE_S, SHARED_MIN_AGE_S, clear_stale_build_locks
     from .ray_cluster import ray_cluster, terminate_on_sigterm
 
     # On CPU the GPUs are logical (Ray places actors by them) and so are the CPUs: every actor gets one
     cpus = RAY_CPUS_ON_CPU if opts.cpu else None
     stop = layout.verifier_stop if "HACPO_VERIFIER_STOP" in env else None
+    min_age_s = CPU_MIN_AGE_S if opts.cpu else SHARED_MIN_AGE_S
+
+    def tick():  # a DeepSpeed op's build lock left by a killed builder would hold this job's actors for ever
+        clear_stale_build_locks(min_age_s)
+        on_tick()
+
+    clear_stale_build_locks(min_age_s)
     with terminate_on_sigterm(), ray_cluster(num_gpus=opts.gpus_per_node, num_cpus=cpus) as address:
-        return launch_subprocess(argv, {**env, "RAY_ADDRESS": address}, layout.log, on_tick, stop)
+        return launch_subprocess(argv, {**env, "RAY_ADDRESS": address}, layout.log, tick, stop)

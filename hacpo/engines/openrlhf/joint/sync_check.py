@@ -7,8 +7,10 @@
 1. vLLM samples the first prompts; the actor scores the same tokens: ``loaded``, the gap between vLLM's
    log-probs and the actor's (:func:`.rows.engine_gap`) with both holding the weights read from disk;
 2. one real update of the actor (HACPO's trainer at lr :data:`CHECK_LR`, rewards replaced by 0/1
-   alternating in each group so that every advantage is ±1 and the policy moves), then vLLM samples again
-   *before* any sync: ``stale``, the gap a sync that moved nothing would leave;
+   alternating in each group so that every advantage is ±1 and the policy moves), then the updated actor
+   scores the samples of step 1 again, against the log-probs vLLM gave them *before* any sync: ``stale``,
+   the gap a sync that moved nothing would leave (what vLLM would sample again with its old weights, on the
+   same tokens, without a third sampling pass);
 3. the weight sync (``broadcast_to_vllm``), vLLM samples again: ``synced``.
 
 The sync holds when ``synced`` is rounding (``synced.mean`` within ``tolerance`` of ``loaded.mean``) while
@@ -46,7 +48,7 @@ LORA_LR_FACTOR = 10.0
 def _sample_and_score(stack, texts, labels, n: int, seed: int):
     rows = stack.generate(texts, labels, n, seed=seed)
     pids = assign_prompt_ids(rows, texts, n)
-    return stack.score(rows), pids
+    return rows, stack.score(rows), pids
 
 
 def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: int = 0) -> dict:
@@ -55,7 +57,7 @@ def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: 
     texts = [prompt_text(stack.tokenizer, p, cfg.prompt_style) for p in problems]
     labels = [p.answer for p in problems]
     n = cfg.group_size
-    scored, pids = _sample_and_score(stack, texts, labels, n, seed)
+    samples, scored, pids = _sample_and_score(stack, texts, labels, n, seed)
     loaded = R.engine_gap(scored)
     for i, row in enumerate(scored):  # ±1 advantages in every group: an update that moves the policy
         row.rewards = torch.full_like(row.rewards, float(i % 2), dtype=torch.float32)
@@ -63,9 +65,9 @@ def check_agent(stack, k: int, n_agents: int, problems, cfg: TrainConfig, seed: 
     R.assign_advantages(scored, k, n_agents, torch.ones(n_agents, n_agents), cfg.resolved_method())
     stack.set_lr(CHECK_LR * (LORA_LR_FACTOR if cfg.agent_adapter(k) is not None else 1.0))
     updates = stack.train(scored, 0)
-    stale = R.engine_gap(_sample_and_score(stack, texts, labels, n, seed + 1)[0])
+    stale = R.engine_gap(stack.score(samples))
     stack.sync()
-    synced = R.engine_gap(_sample_and_score(stack, texts, labels, n, seed + 2)[0])
+    synced = R.engine_gap(_sample_and_score(stack, texts, labels, n, seed + 1)[1])
     if not (loaded and stale and synced):
         raise RuntimeError(f"agent {stack.name}: vLLM returned no log-probs with its samples")
     key = "engine_logp_gap_mean"
