@@ -140,6 +140,10 @@ def test_each_agents_checkpoint_evaluates_exports_and_starts_a_run(
     again = LocalTrainer(load_train_config(data))
     assert again.agents[0].model is again.agents[1].model
     assert torch.equal(_adapter_weights(again)[1], _adapter_weights(trainer)[1])
+    data["agents"][1]["adapter"] = LORA  # b's adapter is rank 2, alpha 4: refused before any model loads
+    refused = r"agents\.1 \('b'\): adapter\.lora: the starting adapter .*step-1 was trained with rank 2, "
+    with pytest.raises(ValueError, match=refused + "alpha 4, the run declares rank 4, alpha 8; declare the"):
+        LocalTrainer(load_train_config(data))
 
 
 # ------------------------------------------------------------------------------------------- config

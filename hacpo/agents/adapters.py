@@ -139,6 +139,27 @@ def load_weights(peft_model, checkpoint: str | Path, name: str = "default") -> N
         )
 
 
+def fit_problems(checkpoint: str | Path, spec, what: str) -> list[str]:
+    """How a starting adapter checkpoint differs from the adapter its agent declares (rank, alpha, target
+    modules): its weights would not load, or would load into another scale. Read from its
+    ``adapter_config.json`` before any model loads; ``[]`` when it fits."""
+    saved = json.loads((Path(checkpoint) / ADAPTER_CONFIG).read_text())
+    want = lora_config(spec)
+    differ = [(key, saved.get(key), getattr(want, key)) for key in ("r", "lora_alpha") if saved.get(key) !=
+              getattr(want, key)]  # fmt: skip
+    targets, declared = saved.get("target_modules"), want.target_modules
+    if spec.target_modules != "all-linear" and isinstance(targets, list) and set(targets) != set(declared):
+        differ.append(("target_modules", sorted(targets), sorted(declared)))
+    if not differ:
+        return []
+    names = {"r": "rank", "lora_alpha": "alpha", "target_modules": "target_modules"}
+    plain = lambda v: int(v) if isinstance(v, float) and v.is_integer() else v  # noqa: E731 (alpha 8, not 8.0)
+    found = ", ".join(f"{names[k]} {plain(got)!r}" for k, got, _ in differ)
+    asked = ", ".join(f"{names[k]} {plain(w)!r}" for k, _, w in differ)
+    return [f"{what}: the starting adapter {checkpoint} was trained with {found}, the run declares {asked}; "
+            "declare the checkpoint's values, or start from the base model"]  # fmt: skip
+
+
 def base_path(path: str | Path) -> Path:
     """The base weights ``path`` starts from: the base an adapter checkpoint records, else ``path`` itself."""
     return base_of(path) if is_adapter(path) else Path(path)

@@ -95,6 +95,16 @@ def shared_base_problems(cfg: TrainConfig) -> list[str]:
     ]
 
 
+def starting_adapter_problems(cfg: TrainConfig) -> list[str]:
+    """Every agent starting from an adapter checkpoint declares that adapter's rank, alpha and targets."""
+    return [
+        problem
+        for k, a in enumerate(cfg.agents)
+        if adapters.is_adapter(a.path) and (lora := cfg.agent_adapter(k)) is not None
+        for problem in adapters.fit_problems(a.path, lora, f"agents.{k} ({a.name!r}): adapter.lora")
+    ]
+
+
 def load_agents(cfg: TrainConfig, device, with_ref: bool) -> list[Agent]:
     """Every agent of the run, in order; agents on one ``shared_base`` get one peft model between them."""
     shared: dict[str, torch.nn.Module] = {}  # shared_base name → its peft model

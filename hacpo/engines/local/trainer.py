@@ -51,7 +51,14 @@ from hacpo.hardware import keep_freed_memory, peak_rss_mb, resolve_precision, re
 from hacpo.reward import Scorer
 from hacpo.runio import Profile, RunRecord, run_lock
 
-from .agent import Agent, eval_mode, load_agents, load_learner, shared_base_problems  # noqa: F401 (the engine's names, read from here too)
+from .agent import (  # noqa: F401 (the engine's names, read from here too)
+    Agent,
+    eval_mode,
+    load_agents,
+    load_learner,
+    shared_base_problems,
+    starting_adapter_problems,
+)
 from .checkpoint import CheckpointMixin
 from .rows import Rollouts, Rows, _pad_rows  # noqa: F401 (Rollouts: read from here too)
 from .update import UpdateMixin
@@ -62,7 +69,7 @@ NO_CUDA = "device: cuda, but torch sees no CUDA device here: use device: auto (o
 class LocalTrainer(CheckpointMixin, UpdateMixin):
     def __init__(self, cfg: TrainConfig):
         problems = cfg.path_problems()  # every problem in one message
-        problems += shared_base_problems(cfg) if not problems else []
+        problems += shared_base_problems(cfg) + starting_adapter_problems(cfg) if not problems else []
         if cfg.device == "cuda" and not torch.cuda.is_available():
             problems.insert(0, NO_CUDA)
         if problems:
