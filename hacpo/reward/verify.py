@@ -155,11 +155,20 @@ def in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _inside_import(frame: Any) -> bool:
-    """Is the interrupted code executing a module import? Aborting an import half-way leaves a half-built
-    module (and duplicate classes on re-import) behind, so the deadline never fires there."""
+_REPORTING = ("traceback.py", "linecache.py")  # formatting an error report (an unraisable hook's work)
+
+
+def _unsafe_to_interrupt(frame: Any) -> bool:
+    """Is the interrupted code where the deadline must not be raised? There it waits for its next re-fire:
+    - a module import: aborted half-way it leaves a half-built module (and duplicate classes on re-import);
+    - a finalizer (``__del__``, run by the garbage collector inside any code): Python swallows an exception
+      raised there ("Exception ignored in"), and hands it to ``sys.unraisablehook``;
+    - a traceback being formatted (that hook's work): the re-fire would break the report itself."""
     while frame is not None:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
+        code = frame.f_code
+        if code.co_filename.startswith("<frozen importlib") or code.co_name == "__del__":
+            return True
+        if code.co_filename.endswith(_REPORTING):
             return True
         frame = frame.f_back
     return False
@@ -175,7 +184,7 @@ def call_with_deadline(fn: Callable[[], Any], seconds: float) -> tuple[str, Any]
     def _handler(signum, frame):
         if state["armed"]:
             state["fired"] = True
-            if not _inside_import(frame):  # else: retry at the next re-fire, once the import has finished
+            if not _unsafe_to_interrupt(frame):  # else: retry at the next re-fire, once out of there
                 raise _Deadline()
 
     t0 = time.monotonic()
