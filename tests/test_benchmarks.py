@@ -53,3 +53,30 @@ def test_bench_serve_on_a_tiny_frozen_model(small_agent, toy_data):
     out = json.loads(r.stdout.splitlines()[-1])
     assert out["n"] == 4 and out["frozen"] and 0 < out["encode_s"] <= out["generate_s"]
     assert out["peak_rss_mb"] > 0
+
+
+def test_bench_shared_base_on_a_tiny_model(small_agent, tmp_path):
+    """benchmarks/bench_shared_base.py (docs/performance-real.md, "Agents on one shared base") on the tiny
+    Llama, one step: the single agent, two adapters on one base and the two as separate models, each a fresh
+    process with its own peak RSS and step time."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_shared_base", ROOT / "benchmarks" / "bench_shared_base.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv = "--agents 2 --steps 1 --prompts 2 --group 2 --max-new-tokens 4 --rank 2 --prompt-style compact"
+    args = bench.parse_args(argv.split())
+    report = bench.bench(small_agent, tmp_path, args)
+    rows = report["rows"]
+    assert [(r["agents"], r["shared"]) for r in rows] == [(1, False), (2, True), (2, False)]
+    for r in rows:
+        keys = {"setting", "peak_rss_mb", "step_s", "step_cpu_s", "steps_s", "process_s", "process_cpu_s"}
+        assert keys | {"rss_over_alone"} <= set(r), r
+        assert r["peak_rss_mb"] > 100 and min(r["step_s"], r["step_cpu_s"], r["process_cpu_s"]) > 0, r
+        assert len(r["steps_s"]) == len(r["steps_cpu_s"]) == 1, r
+    assert rows[0]["rss_over_alone"] == 1.0
+    goals = report["goals"]
+    assert goals["memory"] == rows[1]["rss_over_alone"] and goals["time"] > 0
+    assert goals["time"] == rows[1]["step_s"] / rows[2]["step_s"] and goals["time_cpu"] > 0
+    table = bench.markdown(report)
+    assert "| 2 adapters on one base (HACPO) |" in table and "- time: " in table
