@@ -44,3 +44,25 @@ def test_a_lock_no_process_holds_is_deleted_and_a_held_or_fresh_one_kept(tmp_pat
     assert f"deleted {dead}" in capsys.readouterr().err
     assert clear_stale_build_locks(30.0, tmp_path) == [held]  # its holder is gone now
     assert clear_stale_build_locks(30.0, tmp_path) == [] and fresh.exists()
+
+
+def test_a_reserved_rendezvous_port_is_not_handed_to_another_process(monkeypatch, tmp_path):
+    """OpenRLHF's actors pick MASTER_PORT by binding port 0 and closing it; the OS may hand the same port to
+    the next actor, whose bind then fails (EADDRINUSE, seen in CI). A reserved port is skipped by others."""
+    import socket
+
+    from hacpo.engines.openrlhf import launch
+
+    monkeypatch.setattr(launch, "PORT_LOCKS", tmp_path)
+    first = launch.reserve_free_port()
+    handed = iter([first, first, first + 1])  # the OS offers `first` again, twice, then another
+
+    class Offered(socket.socket):
+        def getsockname(self):
+            return ("", next(handed))
+
+    monkeypatch.setattr(socket, "socket", Offered)
+    lock = str(tmp_path / f"{first}.lock")
+    code = f"import fcntl; f = open({lock!r}); fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode != 0  # held here
+    assert launch.reserve_free_port() == first + 1

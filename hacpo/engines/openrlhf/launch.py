@@ -9,6 +9,7 @@ with the project's hooks in its own process and in every Ray worker it starts (R
   neither the local engine's step batches, which the prompt file lays out, nor reproducible from the seed;
 - **validation at step 0, rollouts with** ``min_tokens`` **0** (:func:`fit_like_the_local_engine`);
 - **LoRA adapters reach vLLM merged** into their base's weights (:func:`.lora.sync_merged_adapters`);
+- **a rendezvous port per actor group, reserved on this node** (:func:`distinct_master_ports`);
 - with ``--cpu``, :func:`hacpo.engines.openrlhf.cpu.install` (OpenRLHF's CUDA calls mapped; the rehearsal).
 """
 
@@ -19,6 +20,8 @@ import inspect
 import os
 import runpy
 import sys
+import tempfile
+from pathlib import Path
 
 CPU_FLAG_ENV = "HACPO_OPENRLHF_CPU"  # "1" in every process of a CPU rehearsal run
 SETUP_HOOK = "hacpo.engines.openrlhf.launch.setup_process"
@@ -92,12 +95,49 @@ def _fit_validated_first(fit):
     return fit_validated_first
 
 
+PORT_LOCKS = Path(tempfile.gettempdir()) / "hacpo-master-ports"
+_held_ports: list = []  # the lock files of the ports this process picked: held until it exits
+
+
+def reserve_free_port() -> int:
+    """A free TCP port that no other process of this node has reserved: the OS's free port, kept only once
+    its lock file is ours (``flock``, released when this process exits)."""
+    import fcntl
+    import socket
+
+    PORT_LOCKS.mkdir(exist_ok=True)
+    for _ in range(100):
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        f = open(PORT_LOCKS / f"{port}.lock", "a")  # noqa: SIM115 (held open on purpose)
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        _held_ports.append(f)
+        return port
+    raise RuntimeError(f"no free TCP port this node's other jobs had not reserved ({PORT_LOCKS})")
+
+
+def distinct_master_ports() -> None:
+    """OpenRLHF's rank-0 actors each pick their ``MASTER_PORT`` by binding port 0 and closing it, and bind it
+    again later (``BaseDistributedActor._get_free_port``): two actors starting together (a joint run's
+    policy and reference groups, two jobs of one node) can be handed the same port, and the second fails
+    with EADDRINUSE. Each now reserves the port it picks (:func:`reserve_free_port`)."""
+    from openrlhf.trainer.ray import launcher
+
+    launcher.BaseDistributedActor._get_free_port = staticmethod(reserve_free_port)
+
+
 def setup_process() -> None:
     """Every process of the run (the driver, and each Ray worker through the setup hook)."""
     if os.environ.get(CPU_FLAG_ENV) == "1":
         from .cpu import install
 
         install()
+    distinct_master_ports()
     prompts_in_file_order()
     fit_like_the_local_engine()
     from .lora import sync_merged_adapters
