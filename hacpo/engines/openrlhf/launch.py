@@ -95,7 +95,7 @@ def _fit_validated_first(fit):
     return fit_validated_first
 
 
-PORT_LOCKS = Path(tempfile.gettempdir()) / "hacpo-master-ports"
+PORT_LOCKS = Path(tempfile.gettempdir()) / f"hacpo-master-ports-{os.getuid()}"  # per user (a shared /tmp)
 _held_ports: list = []  # the lock files of the ports this process picked: held until it exits
 
 
