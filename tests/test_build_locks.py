@@ -1,5 +1,6 @@
-"""A DeepSpeed op's build lock left by a killed builder is deleted; a held or fresh one is kept
-(hacpo.engines.openrlhf.build_locks: without it, every later job waits on the lock for ever)."""
+"""Locks of the OpenRLHF engine's node: a DeepSpeed op's build lock left by a killed builder is deleted, a
+held or fresh one kept (hacpo.engines.openrlhf.build_locks: without it, every later job waits on the lock
+for ever); a rendezvous port one actor reserved is not handed to another (launch.reserve_free_port)."""
 
 from __future__ import annotations
 

@@ -55,12 +55,12 @@ def clear_stale_build_locks(min_age_s: float = CPU_MIN_AGE_S, root: Path | None 
     candidates = [p for p in locks if _age(p, now) >= min_age_s]
     if not candidates or not Path("/proc/self/fd").is_dir():
         return []
-    first = open_paths()
+    held = open_paths()
     time.sleep(1.0)
-    second = open_paths()
+    held |= open_paths()
     stale = []
     for lock in candidates:
-        if str(lock.resolve()) in first | second or not lock.exists():
+        if str(lock.resolve()) in held or not lock.exists():
             continue
         age = _age(lock, now)
         lock.unlink(missing_ok=True)

@@ -102,22 +102,14 @@ _held_ports: list = []  # the lock files of the ports this process picked: held 
 def reserve_free_port() -> int:
     """A free TCP port that no other process of this node has reserved: the OS's free port, kept only once
     its lock file is ours (``flock``, released when this process exits)."""
-    import fcntl
-    import socket
+    from .ray_cluster import free_port, try_lock
 
     PORT_LOCKS.mkdir(exist_ok=True)
     for _ in range(100):
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            port = sock.getsockname()[1]
-        f = open(PORT_LOCKS / f"{port}.lock", "a")  # noqa: SIM115 (held open on purpose)
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
-            continue
-        _held_ports.append(f)
-        return port
+        port = free_port()
+        if (f := try_lock(PORT_LOCKS / f"{port}.lock")) is not None:
+            _held_ports.append(f)
+            return port
     raise RuntimeError(f"no free TCP port this node's other jobs had not reserved ({PORT_LOCKS})")
 
 

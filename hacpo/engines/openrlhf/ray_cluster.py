@@ -157,19 +157,28 @@ def ray_cluster(
 PORT_BLOCKS = (20000, 60000, 400)  # first port, end, ports per cluster: 100 clusters on a node at most
 
 
+def try_lock(path: Path):
+    """``path`` opened and ``flock``-ed by this process (held until the file is closed or the process
+    exits), or None when another process holds it."""
+    import fcntl
+
+    f = open(path, "a")  # noqa: SIM115 (the caller holds it open)
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    return f
+
+
 def worker_port_block(lock_dir: str = "/tmp") -> Iterator[tuple[int, int]]:
     """A range of worker ports no other cluster of this node uses (Ray's default, 10002-19999, is the same
     for every cluster: two jobs sharing a node then fail with "Failed to add any wildcard listeners").
     Yields ``(min, max)`` once and holds the block's lock file until closed."""
-    import fcntl
-
     first, end, size = PORT_BLOCKS
     for start in range(first, end, size):
-        f = open(Path(lock_dir) / f"ray-hacpo-ports-{start}.lock", "a")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            f.close()
+        f = try_lock(Path(lock_dir) / f"ray-hacpo-ports-{start}.lock")
+        if f is None:
             continue
         try:
             yield start, start + size - 1
