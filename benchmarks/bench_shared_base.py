@@ -3,8 +3,8 @@
     python benchmarks/bench_shared_base.py [--model DIR] [--agents 1 2 4] [--steps 3]
         [--prompts 2] [--group 4] [--max-new-tokens 16] [--checkpointing] [--out FILE]
 
-Each setting runs ``hacpo.engines.local.train`` in a fresh process, so its peak RSS (the process's
-``ru_maxrss`` from ``os.wait4``, model loading included) is that setting's alone; the settings run one after
+Each setting runs ``hacpo.engines.local.train`` in a fresh process, so its peak RSS (its own
+rusage from ``os.wait4``, model loading included) is that setting's alone; the settings run one after
 another, one torch thread each. All are SmolLM2-135M-Instruct with LoRA adapters (rank 8, alpha 32, the KL
 reference the adapter switched off) at one micro-batch size, on ADD2 (``hacpo.data.synthetic``) with the
 math-verify reward, every row in the backward (``skip_dead_rows: false``: a step's full work, whatever the
@@ -50,7 +50,9 @@ def settings(counts: list[int]) -> list[dict]:
 
 def run_setting(s: dict, model: Path, train_file: Path, out: Path, args) -> dict:
     """One setting as a run of ``hacpo.engines.local.train`` in a fresh process (:func:`child`); its peak
-    RSS (the process's ``ru_maxrss``) and its steps' wall and CPU times."""
+    RSS (from the child's own rusage) and its steps' wall and CPU times."""
+    from hacpo.hardware import peak_rss_mb
+
     agents = [{"name": f"a{i}", "path": str(model)} for i in range(s["agents"])]
     if s["shared"]:
         agents = [{**a, "shared_base": "base"} for a in agents]
@@ -79,7 +81,7 @@ def run_setting(s: dict, model: Path, train_file: Path, out: Path, args) -> dict
     cpu = json.loads((out / "step_cpu.json").read_text())
     return {
         **s,
-        "peak_rss_mb": usage.ru_maxrss / 1024,  # KiB on Linux
+        "peak_rss_mb": peak_rss_mb(usage),
         "step_s": statistics.median(wall[1:] or wall),  # the first step is the warm-up
         "step_cpu_s": statistics.median(cpu[1:] or cpu),
         "steps_s": wall,

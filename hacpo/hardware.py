@@ -56,12 +56,13 @@ def keep_freed_memory(mmap_threshold: int = 512 << 20, trim_threshold: int = 1 <
     return bool(ok)
 
 
-def peak_rss_mb() -> float:
-    """This process's peak resident set size so far, in MiB. ``getrusage``'s ``ru_maxrss`` is in KiB on Linux
+def peak_rss_mb(usage=None) -> float:
+    """Peak resident set size in MiB: this process's so far, or that of ``usage`` (a
+    ``resource.struct_rusage``, such as ``os.wait4`` returns for one child). ``ru_maxrss`` is in KiB on Linux
     but in bytes on macOS; read it only through here."""
     import resource
 
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = (usage or resource.getrusage(resource.RUSAGE_SELF)).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
 
 
