@@ -44,8 +44,16 @@ TRAIN_POINTS = [
 ]
 EVAL_POINTS = ["eval_generate", "eval_write", "timer"]
 AGENTS = ("llama", "qwen")
+# Two LoRA adapters on one shared base (llama's) beside a model of its own (qwen): the shared-base layout
+SHARED = {
+    "a": {"model": "llama", "shared_base": "llama", "adapter": {"lora": {"rank": 4, "alpha": 8}}},
+    "b": {"model": "llama", "shared_base": "llama", "adapter": {"lora": {"rank": 2, "alpha": 4}}, "lr": 1e-4},
+    "qwen": {"model": "qwen"},
+}
+SHARED_POINTS = ["update", "checkpoint", "prune"]
 STEPS = 4
 CHECKPOINT_FILES = {"config.json", "model.safetensors", "trainer_state.pt", "tokenizer_config.json"}
+ADAPTER_FILES = {"adapter_config.json", "adapter_model.safetensors", "trainer_state.pt"}
 
 
 def hacpo(kill: str, counts: Path, *args: str) -> tuple[int, float]:
@@ -63,13 +71,23 @@ def hacpo(kill: str, counts: Path, *args: str) -> tuple[int, float]:
     return out.returncode, time.perf_counter() - t0
 
 
-def run_config(out_dir: Path, data: Path, agents: dict[str, Path]) -> str:
-    """A small two-agent HACPO run (different architectures and tokenizers) that reaches every kill point:
-    validation coincides with both checkpoints, older checkpoints are pruned, scoring uses a worker pool."""
+def agent_entries(agents: dict[str, Path], shared: bool) -> list[dict]:
+    if not shared:
+        return [{"name": n, "path": str(agents[n])} for n in AGENTS]
+    return [
+        {"name": n, "path": str(agents[e["model"]]), **{k: v for k, v in e.items() if k != "model"}}
+        for n, e in SHARED.items()
+    ]
+
+
+def run_config(out_dir: Path, data: Path, agents: dict[str, Path], shared: bool = False) -> str:
+    """A small HACPO run that reaches every kill point: validation coincides with both checkpoints, older
+    checkpoints are pruned, scoring uses a worker pool. Two agents of different architectures and
+    tokenizers; ``shared``: two adapters on one base beside them (:data:`SHARED`)."""
     return json.dumps(
         {
             "method": "hacpo",
-            "agents": [{"name": n, "path": str(agents[n])} for n in AGENTS],
+            "agents": agent_entries(agents, shared),
             "train_file": str(data / "train.jsonl"),
             "val_file": str(data / "dev.jsonl"),
             "out_dir": str(out_dir),
@@ -122,6 +140,24 @@ def reference(tmp_path_factory, toy_data, small_agent, other_agent):
             "eval": json.loads((root / "eval.counts").read_text()),
         },
         "seconds": {"train": train_s, "eval": eval_s},
+        "names": AGENTS,
+    }
+
+
+@pytest.fixture(scope="module")
+def shared_reference(reference, tmp_path_factory):
+    """The uninterrupted run of the shared-base layout (:data:`SHARED`), on the same data and models."""
+    root = tmp_path_factory.mktemp("shared-reference")
+    args = run_config(root / "run", reference["data"], reference["agents"], shared=True)
+    rc, train_s = hacpo("none", root / "train.counts", "train", args)
+    assert rc == 0
+    counts = {"train": json.loads((root / "train.counts").read_text())}
+    return {
+        **reference,
+        "run": root / "run",
+        "counts": counts,
+        "seconds": {"train": train_s},
+        "names": tuple(SHARED),
     }
 
 
@@ -158,22 +194,27 @@ def is_complete(run_dir: Path) -> bool:
     return record is not None and record.complete
 
 
-def assert_nothing_partial_passes_for_complete(run_dir: Path) -> None:
+def checkpoint_files(agent: str) -> set[str]:
+    """What an agent's complete checkpoint holds: its model, or its adapter alone on a shared base."""
+    return ADAPTER_FILES if "shared_base" in SHARED.get(agent, {}) else CHECKPOINT_FILES
+
+
+def assert_nothing_partial_passes_for_complete(run_dir: Path, names=AGENTS) -> None:
     """What a killed, unfinished run leaves, as a reader sees it: every checkpoint folder a reader would find
     (``step-N``) is whole; the step run.json records is resumable (every agent has its checkpoint: pruning
     never runs ahead of it); every JSONL line but a torn last one parses."""
     if record := RunRecord.read(run_dir):
         step = record.step
-        assert step == 0 or step in checkpoint_steps(run_dir, AGENTS), f"run.json's step {step} is gone"
+        assert step == 0 or step in checkpoint_steps(run_dir, names), f"run.json's step {step} is gone"
     for ckpt in (run_dir / "checkpoints").glob("*/step-*"):
-        assert CHECKPOINT_FILES <= {p.name for p in ckpt.iterdir()}, ckpt
+        assert checkpoint_files(ckpt.parent.name) <= {p.name for p in ckpt.iterdir()}, ckpt
     for log in ("metrics.jsonl", "validation.jsonl", "updates.jsonl"):
         lines = (run_dir / log).read_text().split("\n") if (run_dir / log).exists() else []
         for line in lines[:-1]:
             json.loads(line)
 
 
-def assert_same_run(ref: Path, run: Path) -> None:
+def assert_same_run(ref: Path, run: Path, names=AGENTS) -> None:
     record = RunRecord.read(run)
     assert record.complete and record.step == STEPS
     strip = [without_timing(r) for r in read_jsonl(ref / "metrics.jsonl")]
@@ -184,8 +225,9 @@ def assert_same_run(ref: Path, run: Path) -> None:
     assert sorted(p.relative_to(run) for p in (run / "checkpoints").rglob("*")) == sorted(
         p.relative_to(ref) for p in (ref / "checkpoints").rglob("*")
     )
-    for name in AGENTS:
+    for name in names:
         a, b = ref / "checkpoints" / name / f"step-{STEPS}", run / "checkpoints" / name / f"step-{STEPS}"
+        assert checkpoint_files(name) <= {f.name for f in a.iterdir()}, name
         for f in a.iterdir():
             if f.name == "trainer_state.pt":  # optimizer, RNG and capability state: equal tensors
                 sa, sb = torch.load(f, weights_only=False), torch.load(b / f.name, weights_only=False)
@@ -231,24 +273,36 @@ def wait_gone(pids: list[int], timeout: float = 15) -> None:
 HARD_POINTS = ["run_json:3", "checkpoint:4", "prune:2"]
 
 
-@pytest.mark.parametrize("point", TRAIN_POINTS + HARD_POINTS)
-def test_training_killed_then_rerun_equals_uninterrupted(reference, tmp_path, point):
-    run_dir = tmp_path / "run"
-    args = ["train", run_config(run_dir, reference["data"], reference["agents"])]
-    spec = point if ":" in point else draw(reference, "train", point, 0)
+def kill_rerun_and_compare(reference, tmp_path: Path, point: str, shared: bool = False) -> None:
+    """Train under the kill ``point``, check what the killed run left, rerun, compare with ``reference``."""
+    run_dir, names = tmp_path / "run", reference["names"]
+    args = ["train", run_config(run_dir, reference["data"], reference["agents"], shared=shared)]
+    spec = point if ":" in point else draw(reference, "train", point, int(shared))
     rc, _ = hacpo(spec, tmp_path / "killed.counts", *args)
     context = f"kill {spec} (HACPO_KILL_SEED={SEED})"
     if not point.startswith("timer"):
         assert rc == -9, f"{context}: the run was not killed"
     if rc == -9 and is_complete(run_dir):  # a timer can fire after the run finished, in the exit
-        assert_same_run(reference["run"], run_dir)
+        assert_same_run(reference["run"], run_dir, names)
     elif rc == -9:
-        assert_nothing_partial_passes_for_complete(run_dir)
+        assert_nothing_partial_passes_for_complete(run_dir, names)
     orphans = tmp_path / "killed.orphans"
     if orphans.exists():
         wait_gone(json.loads(orphans.read_text()))
     assert hacpo("none", tmp_path / "rerun.counts", *args)[0] == 0, context
-    assert_same_run(reference["run"], run_dir)
+    assert_same_run(reference["run"], run_dir, names)
+
+
+@pytest.mark.parametrize("point", TRAIN_POINTS + HARD_POINTS)
+def test_training_killed_then_rerun_equals_uninterrupted(reference, tmp_path, point):
+    kill_rerun_and_compare(reference, tmp_path, point)
+
+
+@pytest.mark.parametrize("point", SHARED_POINTS)
+def test_a_shared_base_run_killed_then_rerun_equals_uninterrupted(shared_reference, tmp_path, point):
+    """Two adapters on one base beside a model of its own: killed in an update, while a checkpoint (an
+    adapter alone) is written, or while older ones are pruned, the rerun ends as the uninterrupted run."""
+    kill_rerun_and_compare(shared_reference, tmp_path, point, shared=True)
 
 
 @pytest.mark.parametrize("point", EVAL_POINTS)

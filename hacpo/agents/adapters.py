@@ -112,14 +112,31 @@ def save(peft_model, out_dir: str | Path, name: str = "default") -> None:
     whether it shares its base or not (peft would put a named adapter in a subfolder)."""
     if name == "default":
         peft_model.save_pretrained(out_dir, safe_serialization=True)
-        return
-    from peft import get_peft_model_state_dict
-    from safetensors.torch import save_file
+    else:
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
 
-    state = get_peft_model_state_dict(peft_model, adapter_name=name)  # keys without the adapter's name
-    tensors = {k: v.contiguous() for k, v in state.items()}
-    save_file(tensors, Path(out_dir) / ADAPTER_WEIGHTS, metadata={"format": "pt"})
-    peft_model.peft_config[name].save_pretrained(out_dir)
+        state = get_peft_model_state_dict(peft_model, adapter_name=name)  # keys without the adapter's name
+        tensors = {k: v.contiguous() for k, v in state.items()}
+        save_file(tensors, Path(out_dir) / ADAPTER_WEIGHTS, metadata={"format": "pt"})
+        peft_model.peft_config[name].save_pretrained(out_dir)
+    _sort_set_fields(peft_model.peft_config[name], Path(out_dir) / ADAPTER_CONFIG)
+
+
+def _sort_set_fields(config, path: Path) -> None:
+    """peft writes a set field (``target_modules``) as a list in the set's iteration order, which string
+    hashing makes differ between processes: sorted, a checkpoint's bytes are the same in every process (a
+    resumed run's checkpoint equals the uninterrupted run's)."""
+    import json
+
+    sets = [k for k, v in vars(config).items() if isinstance(v, set)]
+    if not sets:
+        return
+    data = json.loads(path.read_text())
+    for key in sets:
+        if isinstance(data.get(key), list):
+            data[key] = sorted(data[key])
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def load_weights(peft_model, checkpoint: str | Path, name: str = "default") -> None:

@@ -116,15 +116,18 @@ def llm(base):
     """One engine, two LoRA slots; on CPU its engine core mapped as OpenRLHF's CPU engines are."""
     from vllm import LLM
 
-    from hacpo.engines.openrlhf.cpu import CPU_VLLM_EXTENSION
+    from hacpo.engines.openrlhf.cpu import CPU_ENV, CPU_VLLM_EXTENSION
 
     extra = {"worker_extension_cls": CPU_VLLM_EXTENSION} if ON_CPU else {}
-    engine = LLM(
-        model=str(base), enable_lora=True, max_loras=2, max_lora_rank=RANK, enforce_eager=True,
-        dtype="float32", gpu_memory_utilization=0.1, max_model_len=256, max_num_seqs=16, seed=0, **extra,
-    )  # fmt: skip
-    yield engine
-    engine.llm_engine.engine_core.shutdown()
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in CPU_ENV.items() if ON_CPU else ():  # the worker in the engine's process, as there
+            env.setenv(key, os.environ.get(key, value))
+        engine = LLM(
+            model=str(base), enable_lora=True, max_loras=2, max_lora_rank=RANK, enforce_eager=True,
+            dtype="float32", gpu_memory_utilization=0.1, max_model_len=256, max_num_seqs=16, seed=0, **extra,
+        )  # fmt: skip
+        yield engine
+        engine.llm_engine.engine_core.shutdown()
 
 
 def _request(adapters, name: str, lora_id: int, path: str | None = None):

@@ -37,7 +37,8 @@ Site → mapping (why):
   Ray actor, out of the setup hook's reach; importing that class there applies
   :func:`install_vllm_worker`.
 
-Every CPU process also gets :data:`CPU_ENV` (DeepSpeed's CPU accelerator, vLLM's KV cache size). What stays
+Every CPU process also gets :data:`CPU_ENV` (DeepSpeed's CPU accelerator, vLLM's KV cache size and its
+worker in the engine's process). What stays
 for a GPU: vLLM sleep mode, CUDA IPC and NCCL weight sync, flash-attention kernels and sample packing,
 several nodes (docs/openrlhf.md, "Rehearsal on CPU").
 """
@@ -55,6 +56,11 @@ CPU_ENV = {
     # vLLM pins its OpenMP threads to cores it picks alone (core 0 for every engine here): two jobs, or two
     # agents' engines, would then share one core while the other idles
     "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    # vLLM's model worker in its engine's process (the "uni" executor), not one more spawned process: on CPU,
+    # vLLM switches "uni" to "mp" unless this is 0. Each engine then imports vLLM once less, holds one process
+    # less, and an evaluation's engine runs in the job's process: faster on a few busy cores, the same
+    # outputs (docs/openrlhf.md, "Rehearsal on CPU"). OpenRLHF's async engine keeps its engine-core process.
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
     "TOKENIZERS_PARALLELISM": "false",
 }
 _installed = False
