@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from hacpo.agents.adapters import LoraSpec  # the run config's `adapter.lora`: defined with the adapters
 from hacpo.algo import HACPO_KNOBS, SGT_KNOBS, VARIANT_KNOBS, LossSpec, Method, get_method
 from hacpo.algo.losses import check_cross_clip_low, check_non_negative
 from hacpo.engine_options import OpenRLHFOptions
@@ -144,33 +145,6 @@ class RunLogging(BaseModel):
                 "logging.wandb.mode is online but WANDB_API_KEY is not set: export it, or set "
                 "logging.wandb.mode: offline (files under <run>/wandb, uploaded later with `wandb sync`)"
             )
-
-
-class LoraSpec(BaseModel):
-    """A LoRA adapter over a frozen base (Hu et al. 2021), built with ``peft``: ΔW = (alpha / rank) · B A.
-
-    Defaults follow Schulman et al. 2025 ("LoRA Without Regret"): alpha 32 at every rank, no dropout (a
-    dropout would make π_old, sampled in eval mode, differ from the update's forward), every linear layer of
-    the blocks (``all-linear``: peft's name for them, never the vocabulary head or the embedding)."""
-
-    model_config = ConfigDict(extra="forbid")
-    rank: int = Field(ge=1, description="the adapter's rank: the inner size of B A")
-    alpha: float = Field(
-        32.0, gt=0, description="the scale's numerator, ΔW = (alpha / rank) · B A; a whole number on OpenRLHF"
-    )
-    dropout: float = Field(
-        0.0,
-        ge=0,
-        lt=1,
-        description="the adapter's dropout in training; above 0 the update's forward differs from π_old's",
-    )
-    target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1)]] = Field(
-        "all-linear",
-        description=(
-            "the layers that get an adapter: `all-linear` (every linear layer of the blocks) or a list of "
-            "module names"
-        ),
-    )
 
 
 class Adapter(BaseModel):

@@ -6,11 +6,14 @@ the same importer: prompt format → chat template, stop ids → generation_conf
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 from hacpo.agents.formats import FEW_SHOT, FORMATS
@@ -201,6 +204,102 @@ def test_a_warmed_model_learns_its_formats_answer_and_records_what_made_it(tmp_p
     other = ModelWarmup(max_steps=3, batch_size=8, lr=3e-3, eval_every=3, n_dev=6, max_new_tokens=12)
     assert not warm_model(other, base, tmp_path / "models" / "warm", _splits())["cached"]
     assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_lora_warm_ups_are_adapters_that_a_joint_run_holds_on_one_base(tmp_path, cache, toy_data):
+    """``warm: {lora: …}``: the warm-up trains a LoRA adapter over the frozen imported model and saves it
+    alone (an adapter checkpoint on the base, by path); two such warm-ups start a joint HACPO run as two
+    adapters on one copy of the base, each from its warm-up's adapter. Full warm-ups keep their identity."""
+    from hacpo.agents import adapters
+    from hacpo.agents.warmup import ModelWarmup, warm_model
+    from hacpo.config import load_train_config
+    from hacpo.engines.local import train
+
+    src = _base_model_dir(tmp_path / "base", with_template=False)
+    base = tmp_path / "models" / "base"
+    import_model({"hf_dir": str(src)}, "few_shot", base)
+    lora = {"rank": 4, "alpha": 8}
+    sizes = dict(batch_size=8, lr=3e-2, eval_every=2, n_dev=6, max_new_tokens=12)
+    assert ModelWarmup(lora=None).spec_hash() == ModelWarmup().spec_hash() == "4b0314aa3af96aa7"
+    spec = ModelWarmup(max_steps=4, lora=lora, **sizes)
+    assert (
+        spec.lora["target_modules"] == "all-linear"
+        and spec.spec_hash() != ModelWarmup(max_steps=4, **sizes).spec_hash()
+    )
+    w1, w2 = tmp_path / "models" / "w1", tmp_path / "models" / "w2"
+    got = warm_model(spec, base, w1, _splits())
+    curve = got["warmup"]["dev_curve"]
+    assert curve[-1]["dev_loss"] < curve[0]["dev_loss"]  # the adapter learned
+    assert adapters.is_adapter(w1) and not (w1 / "model.safetensors").exists()
+    assert adapters.base_of(w1) == base.resolve() and got["warmup"]["spec"]["lora"]["rank"] == 4
+    assert (w1 / "tokenizer_config.json").is_file() and (w1 / MANIFEST).is_file()
+    warm_model(ModelWarmup(max_steps=2, lora=lora, **sizes), base, w2, _splits())
+    with pytest.raises(ValueError, match=r"warm\.lora\.target_modules \['nope'\] does not fit"):
+        warm_model(ModelWarmup(max_steps=1, lora={"rank": 2, "target_modules": ["nope"]}, **sizes), base,
+                   tmp_path / "models" / "w3", _splits())  # fmt: skip
+
+    agents = [{"name": n, "path": str(w), "shared_base": "base", "adapter": {"lora": lora}} for n, w in
+              (("w1", w1), ("w2", w2))]  # fmt: skip
+    cfg = load_train_config({
+        "method": "hacpo", "agents": agents, "train_file": str(toy_data / "train.jsonl"),
+        "out_dir": str(tmp_path / "run"), "steps": 1, "prompts_per_step": 2, "group_size": 2,
+        "minibatch_size": 8, "val_every": 0, "checkpoint_every": 1, "max_new_tokens": 8,
+        "prompt_style": "paper",
+    })  # fmt: skip
+    assert train(cfg).complete
+    for name in ("w1", "w2"):
+        ckpt = tmp_path / "run" / "checkpoints" / name / "step-1"
+        assert adapters.is_adapter(ckpt) and adapters.base_of(ckpt) == base.resolve(), name
+
+
+def test_a_lora_warm_up_is_planned_as_an_adapter_on_its_models_base():
+    """In the workflow: a pair of two LoRA warm-ups of one imported model holds that model once (both
+    agents name it as their ``shared_base``), each agent starting from its warm-up's adapter; a declared
+    adapter that differs, full fine-tuning of it, or the OpenRLHF engine are refused naming the key."""
+    from hacpo.config import load_train_config
+    from hacpo.pipeline import Pipeline
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((root / "config/real-claims.yaml").read_text())
+    lora = {"rank": 8}
+    for name, steps in (("w1", 10), ("w2", 20)):
+        cfg["models"][name] = {
+            "warm": {"from": "smollm2", "max_steps": steps, "answer": "few_shot", "lora": lora}
+        }
+    cfg["pairs"] = {"states": {"agents": ["w1", "w2"], "heterogeneity": "state"}}
+    cfg["tables"] = {
+        "table1": {"kind": "accuracy", "pairs": ["states"], "methods": ["gspo", "hacpo"], "eval": "main"}
+    }
+    cfg["figures"] = {}
+    p = Pipeline(cfg, base_dir=str(root))
+    assert p.warm_params("w1")["lora"] == {
+        "rank": 8,
+        "alpha": 32.0,
+        "dropout": 0.0,
+        "target_modules": "all-linear",
+    }
+    joint = load_train_config(p.train_config(next(r for r in p.runs if r.kind == "joint")))
+    assert [a.shared_base for a in joint.agents] == ["smollm2", "smollm2"]
+    assert [Path(a.path).name for a in joint.agents] == ["w1", "w2"]
+    assert all(a.adapter.lora.rank == 8 for a in joint.agents)
+    single = next(r for r in p.runs if r.kind == "single" and r.group == "w2")
+    alone = load_train_config(p.train_config(single)).agents[0]
+    assert alone.shared_base is None and Path(alone.path).name == "w2" and alone.adapter.lora.rank == 8
+
+    bad = copy.deepcopy(cfg)
+    bad["training"]["adapter"] = {"lora": {"rank": 16}}
+    with pytest.raises(ValueError, match=r"training\.adapter: models\.w1's runs train its warm-up's adapter"):
+        Pipeline(bad, base_dir=str(root))
+    bad = copy.deepcopy(cfg)
+    bad["models"]["w2"]["adapter"] = {}
+    with pytest.raises(ValueError, match=r"models\.w2\.adapter: models\.w2 is a LoRA warm-up .*cannot train"):
+        Pipeline(bad, base_dir=str(root))
+    bad = copy.deepcopy(cfg)
+    bad["models"]["w3"] = {"shared_base": "w1", "adapter": {"lora": lora}}
+    with pytest.raises(
+        ValueError, match=r"models\.w3\.shared_base: 'w1' is not a model .*weights of its own"
+    ):
+        Pipeline(bad, base_dir=str(root))
 
 
 def test_a_warm_up_can_teach_the_answer_form_the_model_already_writes():

@@ -16,12 +16,41 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Annotated, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 EXPORT_RECORD = "hacpo-export.json"  # what a merged export was made from
+
+
+class LoraSpec(BaseModel):
+    """A LoRA adapter over a frozen base (Hu et al. 2021), built with ``peft``: ΔW = (alpha / rank) · B A.
+
+    Defaults follow Schulman et al. 2025 ("LoRA Without Regret"): alpha 32 at every rank, no dropout (a
+    dropout would make π_old, sampled in eval mode, differ from the update's forward), every linear layer of
+    the blocks (``all-linear``: peft's name for them, never the vocabulary head or the embedding)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rank: int = Field(ge=1, description="the adapter's rank: the inner size of B A")
+    alpha: float = Field(
+        32.0, gt=0, description="the scale's numerator, ΔW = (alpha / rank) · B A; a whole number on OpenRLHF"
+    )
+    dropout: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="the adapter's dropout in training; above 0 the update's forward differs from π_old's",
+    )
+    target_modules: Literal["all-linear"] | list[Annotated[str, Field(min_length=1)]] = Field(
+        "all-linear",
+        description=(
+            "the layers that get an adapter: `all-linear` (every linear layer of the blocks) or a list of "
+            "module names"
+        ),
+    )
 
 
 def is_adapter(path: str | Path) -> bool:
@@ -30,7 +59,7 @@ def is_adapter(path: str | Path) -> bool:
 
 
 def lora_config(spec):
-    """peft's ``LoraConfig`` of a :class:`hacpo.config.LoraSpec`."""
+    """peft's ``LoraConfig`` of a :class:`LoraSpec`."""
     from peft import LoraConfig
 
     targets = spec.target_modules if isinstance(spec.target_modules, str) else list(spec.target_modules)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from hacpo.agents import adapters
 from hacpo.agents import sft as _sft
 from hacpo.agents.formats import ANSWER_FORMS, few_shot_answer
 from hacpo.agents.models import AgentArch, build_model, param_count
@@ -129,8 +130,10 @@ class ModelWarmup(SftRecipe):
     answer (``answer``) is the worked one-line solution (``"solution"``: ``" 12+34=46. \\boxed{46}"``) or the
     few-shot examples' form (``"few_shot"``: ``" 12 + 34 = 46. The answer is \\boxed{46}."``, what the
     imported model already writes: a warm-up that teaches the arithmetic, not a new form), ending at the
-    format's first stop (the newline of ``few_shot``/``completion``, else EOS). Full fine-tuning, AdamW, fp32
-    master weights, bf16 autocast where the CPU runs it natively (``precision: auto``)."""
+    format's first stop (the newline of ``few_shot``/``completion``, else EOS). Full fine-tuning, or with
+    ``lora`` (a :class:`~hacpo.agents.adapters.LoraSpec`'s fields) a LoRA adapter over the frozen model,
+    saved alone: several warm-ups of one model are then adapters that can share its weights in a run.
+    AdamW, fp32 master weights, bf16 autocast where the CPU runs it natively (``precision: auto``)."""
 
     style: str = "paper"
     lr: float = 1e-5
@@ -144,6 +147,7 @@ class ModelWarmup(SftRecipe):
     max_new_tokens: int = 32
     precision: str = "auto"
     answer: str = "solution"
+    lora: dict | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -151,13 +155,24 @@ class ModelWarmup(SftRecipe):
             raise ValueError(f"unknown answer form {self.answer!r}; use one of {', '.join(ANSWER_FORMS)}")
         if self.precision not in ("auto", "fp32", "bf16"):
             raise ValueError(f"precision must be auto, fp32 or bf16, got {self.precision!r}")
+        if self.lora is not None:  # checked, and recorded with its defaults filled in
+            object.__setattr__(self, "lora", self.lora_spec().model_dump())
+
+    def lora_spec(self):
+        """The adapter it trains (:class:`~hacpo.agents.adapters.LoraSpec`), or None for full fine-tuning."""
+        return None if self.lora is None else adapters.LoraSpec.model_validate(self.lora)
 
     @staticmethod
     def without_default_answer(fields: dict) -> dict:
-        """``fields`` without ``answer`` where it is the default: warm-ups recorded before the field existed
-        keep their identity (:meth:`spec_hash`) and the workflow's rule its parameters (``WarmFrom.spec``)."""
+        """``fields`` without ``answer`` where it is the default, and without ``lora`` where it is unset:
+        warm-ups recorded before those fields existed keep their identity (:meth:`spec_hash`) and the
+        workflow's rule its parameters (``WarmFrom.spec``)."""
         default = fields.get("answer") == ModelWarmup.answer
-        return {k: v for k, v in fields.items() if not (k == "answer" and default)}
+        return {
+            k: v
+            for k, v in fields.items()
+            if not (k == "answer" and default) and not (k == "lora" and v is None)
+        }
 
     def recorded(self) -> dict:
         return self.without_default_answer(self.to_dict())
@@ -223,6 +238,8 @@ def warm_model(
     t0 = time.perf_counter()
     tok = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).to(device)
+    if (lora := spec.lora_spec()) is not None:  # the base frozen; B starts at 0: step 0 is the base
+        model = adapters.attach(model, lora, base, what="warm.lora")
     end = answer_end_id(tok, base_manifest["prompt_format"])
 
     def answer_of(p: Problem) -> list[int]:
@@ -257,7 +274,11 @@ def warm_model(
     manifest = {**{k: v for k, v in base_manifest.items() if k not in ("cache", "cache_hit", "seconds")},
                 "warmup": warmup}  # fmt: skip
     with atomic_dir(out_dir) as tmp:
-        model.save_pretrained(tmp)
+        if lora is not None:  # the adapter alone (megabytes), its base by path, as a run's adapter checkpoint
+            adapters.save(model, tmp)
+            adapters.inner(model).generation_config.save_pretrained(tmp)
+        else:
+            model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         atomic_write_json(tmp / MANIFEST, manifest)  # last: its presence marks a complete directory
     return {**manifest, "cached": False}

@@ -12,7 +12,7 @@ from pydantic import AfterValidator, Field, TypeAdapter, ValidationError, field_
 from hacpo.agents.formats import AnswerForm
 from hacpo.agents.warmup import ModelWarmup
 from hacpo.algo import HACPO_KNOBS, get_method
-from hacpo.config import Adapter, Alpha, CrossClipLow, DeltaStep
+from hacpo.config import Adapter, Alpha, CrossClipLow, DeltaStep, LoraSpec
 
 from .schema import Id
 from .schema import Strict as _Strict
@@ -87,9 +87,18 @@ class WarmFrom(_Strict):
         "`12 + 34 = 46. The answer is \\boxed{46}.`, so that it learns the arithmetic, not a new form)",
     )
 
+    lora: LoraSpec | None = Field(
+        None,
+        description="a LoRA adapter over the frozen imported model instead of every weight "
+        "(`{rank: 8}`, LoRA's keys): the warmed model is that adapter alone, and the runs train it further "
+        "as their agent's adapter; several such warm-ups of one model share its weights in a joint run "
+        "(local engine)",
+    )
+
     def spec(self) -> dict:
         """The :class:`~hacpo.agents.warmup.ModelWarmup` fields (everything but ``from``; ``answer`` only
-        where it is not the default: :meth:`~hacpo.agents.warmup.ModelWarmup.without_default_answer`)."""
+        where it is not the default, ``lora`` only where set:
+        :meth:`~hacpo.agents.warmup.ModelWarmup.without_default_answer`)."""
         return ModelWarmup.without_default_answer(self.model_dump(exclude={"base"}))
 
 
@@ -157,6 +166,14 @@ class Model(_Strict):
         description="this model's learning rate in every run that has it (its own optimizer), over the run's "
         "`lr`; unset: the run's",
     )
+
+    @property
+    def adapter_base(self) -> str | None:
+        """The model whose weights this one is an adapter on: its ``shared_base``, or the ``from`` of a LoRA
+        warm-up; None for a model with weights of its own."""
+        if self.shared_base is not None:
+            return self.shared_base
+        return self.warm.base if self.warm is not None and self.warm.lora is not None else None
 
     @property
     def written_by_workflow(self) -> bool:

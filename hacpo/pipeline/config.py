@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from hacpo.algo import get_method
-from hacpo.config import RunLogging
+from hacpo.config import LoraSpec, RunLogging
 from hacpo.engine_options import OpenRLHFOptions
 from hacpo.validation import problem_lines
 
@@ -183,14 +183,15 @@ class PipelineConfig(ViewChecks, _Strict):
         return errs + self._shared_base_problems()
 
     def _shared_base_problems(self) -> list[str]:
-        """A ``shared_base:`` model names a model with weights of its own, and trains a LoRA adapter."""
-        errs, run_lora = [], (self.training.get("adapter") or {}).get("lora")
+        """A ``shared_base:`` model names a model with weights of its own, and trains a LoRA adapter; a LoRA
+        warm-up's runs train that adapter."""
+        errs, run_lora = self._lora_warm_problems(), (self.training.get("adapter") or {}).get("lora")
         for name, m in self.models.items():
             if m.shared_base is None:
                 continue
             base = self.models.get(m.shared_base)
-            if base is None or base.shared_base is not None:
-                own = ", ".join(k for k, v in self.models.items() if v.shared_base is None)
+            if base is None or base.adapter_base is not None:
+                own = ", ".join(k for k, v in self.models.items() if v.adapter_base is None)
                 errs.append(
                     f"models.{name}.shared_base: {m.shared_base!r} is not a model of this config with "
                     f"weights of its own (`hub:`, `warmup:`, `source:` or `warm:`); those are: {own}"
@@ -205,6 +206,34 @@ class PipelineConfig(ViewChecks, _Strict):
                 errs.append(
                     f"models.{name}.shared_base: only the local engine holds one base for several agents "
                     f"(engine: {self.engine} loads each its own): give it the base's own source instead"
+                )
+        return errs
+
+    def _lora_warm_problems(self) -> list[str]:
+        """A LoRA warm-up (``warm: {lora: …}``) is an adapter: its runs go on training that adapter, so a
+        LoRA its model entry or ``training.adapter`` declares must be the same one, and full fine-tuning of
+        it is refused; only the local engine starts a run from an adapter."""
+        errs, run_adapter = [], self.training.get("adapter")
+        for name, m in self.models.items():
+            if m.warm is None or m.warm.lora is None:
+                continue
+            warmed = m.warm.lora.model_dump()
+            declared = m.adapter.model_dump() if m.adapter is not None else run_adapter
+            where = f"models.{name}.adapter" if m.adapter is not None else "training.adapter"
+            if declared is not None and declared.get("lora") is None:
+                errs.append(
+                    f"{where}: models.{name} is a LoRA warm-up (an adapter, its base frozen) and cannot "
+                    f"train every weight: give it `adapter: {{lora: {warmed}}}` or warm it without `lora:`"
+                )
+            elif declared is not None and LoraSpec.model_validate(declared["lora"]).model_dump() != warmed:
+                errs.append(
+                    f"{where}: models.{name}'s runs train its warm-up's adapter, "
+                    f"{warmed}, not {declared['lora']}: make them the same"
+                )
+            if self.engine != "local":
+                errs.append(
+                    f"models.{name}.warm.lora: only the local engine starts a run from an adapter (engine: "
+                    f"{self.engine}): warm it without `lora:`"
                 )
         return errs
 

@@ -322,10 +322,10 @@ class Pipeline:
         }
 
     def _agent_refs(self, models: list[str], run_adapter: dict | None) -> list[dict]:
-        """A run's agents; the LoRA agents of one base (a model and those whose ``shared_base`` names it),
-        two or more, share it (``shared_base``: the base's model name)."""
+        """A run's agents; the LoRA agents of one base (a model, those whose ``shared_base`` names it and its
+        LoRA warm-ups), two or more, share it (``shared_base``: the base's model name)."""
         refs = [self._agent_ref(m, run_adapter) for m in models]
-        roots = [self.cfg.models[m].shared_base or m for m in models]
+        roots = [self.cfg.models[m].adapter_base or m for m in models]
         lora_roots = [root for root, ref in zip(roots, refs, strict=True) if "adapter" in ref]
         for ref, root in zip(refs, roots, strict=True):
             if "adapter" in ref and lora_roots.count(root) > 1:
@@ -337,6 +337,8 @@ class Pipeline:
         run's ``training.adapter``; none: full fine-tuning) and its own learning rate, if it has one."""
         m = self.cfg.models[model]
         adapter = m.adapter.model_dump() if m.adapter is not None else run_adapter
+        if m.warm is not None and m.warm.lora is not None:  # its warm-up's adapter, trained on (checked)
+            adapter = {"lora": m.warm.lora.model_dump()}
         lora = {"adapter": adapter} if adapter and adapter.get("lora") else {}
         lr = {"lr": m.lr} if m.lr is not None else {}
         return {"name": model, "path": self.model_path(model), **lora, **lr}
