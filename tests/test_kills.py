@@ -140,7 +140,7 @@ def reference(tmp_path_factory, toy_data, small_agent, other_agent):
             "eval": json.loads((root / "eval.counts").read_text()),
         },
         "seconds": {"train": train_s, "eval": eval_s},
-        "names": AGENTS,
+        "shared": False,
     }
 
 
@@ -157,7 +157,7 @@ def shared_reference(reference, tmp_path_factory):
         "run": root / "run",
         "counts": counts,
         "seconds": {"train": train_s},
-        "names": tuple(SHARED),
+        "shared": True,
     }
 
 
@@ -273,9 +273,11 @@ def wait_gone(pids: list[int], timeout: float = 15) -> None:
 HARD_POINTS = ["run_json:3", "checkpoint:4", "prune:2"]
 
 
-def kill_rerun_and_compare(reference, tmp_path: Path, point: str, shared: bool = False) -> None:
-    """Train under the kill ``point``, check what the killed run left, rerun, compare with ``reference``."""
-    run_dir, names = tmp_path / "run", reference["names"]
+def kill_rerun_and_compare(reference, tmp_path: Path, point: str) -> None:
+    """Train under the kill ``point``, check what the killed run left, rerun, compare with ``reference`` (its
+    layout: the two models, or :data:`SHARED`)."""
+    shared = reference["shared"]
+    run_dir, names = tmp_path / "run", tuple(SHARED) if shared else AGENTS
     args = ["train", run_config(run_dir, reference["data"], reference["agents"], shared=shared)]
     spec = point if ":" in point else draw(reference, "train", point, int(shared))
     rc, _ = hacpo(spec, tmp_path / "killed.counts", *args)
@@ -302,7 +304,7 @@ def test_training_killed_then_rerun_equals_uninterrupted(reference, tmp_path, po
 def test_a_shared_base_run_killed_then_rerun_equals_uninterrupted(shared_reference, tmp_path, point):
     """Two adapters on one base beside a model of its own: killed in an update, while a checkpoint (an
     adapter alone) is written, or while older ones are pruned, the rerun ends as the uninterrupted run."""
-    kill_rerun_and_compare(shared_reference, tmp_path, point, shared=True)
+    kill_rerun_and_compare(shared_reference, tmp_path, point)
 
 
 @pytest.mark.parametrize("point", EVAL_POINTS)

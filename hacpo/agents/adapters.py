@@ -156,8 +156,6 @@ def _sort_set_fields(config, path: Path) -> None:
     """peft writes a set field (``target_modules``) as a list in the set's iteration order, which string
     hashing makes differ between processes: sorted, a checkpoint's bytes are the same in every process (a
     resumed run's checkpoint equals the uninterrupted run's)."""
-    import json
-
     sets = [k for k, v in vars(config).items() if isinstance(v, set)]
     if not sets:
         return

@@ -180,12 +180,11 @@ class PipelineConfig(ViewChecks, _Strict):
         for name, p in self.pairs.items():
             for i, a in enumerate(p.agents):
                 errs += need(f"pairs.{name}.agents.{i}", a, self.models, "model")
-        return errs + self._shared_base_problems()
+        return errs + self._shared_base_problems() + self._lora_warm_problems()
 
     def _shared_base_problems(self) -> list[str]:
-        """A ``shared_base:`` model names a model with weights of its own, and trains a LoRA adapter; a LoRA
-        warm-up's runs train that adapter."""
-        errs, run_lora = self._lora_warm_problems(), (self.training.get("adapter") or {}).get("lora")
+        """A ``shared_base:`` model names a model with weights of its own, and trains a LoRA adapter."""
+        errs, run_lora = [], (self.training.get("adapter") or {}).get("lora")
         for name, m in self.models.items():
             if m.shared_base is None:
                 continue
