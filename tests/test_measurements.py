@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,15 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PAGE = ROOT / "docs" / "performance.md"
 
 
-def _cost_table():
-    spec = importlib.util.spec_from_file_location("cost_table", ROOT / "scripts" / "cost_table.py")
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _cost_table():
+    return _script("cost_table")
 
 
 def test_every_measurement_says_what_how_where_and_when():
@@ -143,3 +148,23 @@ def test_a_page_links_to_the_cost_table_instead_of_restating_a_figure(page):
         "machine and date) and link to docs/performance.md#what-each-config-costs instead:\n"
         + "\n".join(found)
     )
+
+
+def test_disk_peak_sees_what_a_run_wrote_and_removed(tmp_path, capsys):
+    """scripts/disk_peak.py: a file written then removed while the command runs is the peak, though the
+    folder ends without it (a run's checkpoints that retention released); a hard link counts once."""
+    disk_peak = _script("disk_peak")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "kept").write_bytes(b"k" * 1000)
+    (folder / "kept-link").hardlink_to(folder / "kept")
+    ckpt = folder / "ckpt"
+    run = f"import pathlib, time; p = pathlib.Path({str(ckpt)!r}); p.write_bytes(bytes(200_000)); "
+    run += "time.sleep(1.0); p.unlink()"
+    log = tmp_path / "disk.tsv"
+    argv = [str(folder), "--every", "0.1", "--log", str(log), "--", sys.executable, "-c", run]
+    assert disk_peak.main(argv) == 0
+    assert "final 0.00 GB" in capsys.readouterr().out
+    sizes = [int(line.split("\t")[1]) for line in log.read_text().splitlines()]
+    assert max(sizes) == 201_000 and sizes[-1] == 1000  # the removed file seen, then gone; the link once
+    assert disk_peak.main([str(folder), "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3

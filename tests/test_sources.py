@@ -206,7 +206,9 @@ def test_a_warmed_model_learns_its_formats_answer_and_records_what_made_it(tmp_p
     assert not [p for p in tmp_path.rglob("*.tmp")]
 
 
-def test_lora_warm_ups_are_adapters_that_a_joint_run_holds_on_one_base(tmp_path, cache, toy_data):
+def test_lora_warm_ups_are_adapters_that_a_joint_run_holds_on_one_base(
+    tmp_path, cache, toy_data, monkeypatch
+):
     """``warm: {lora: …}``: the warm-up trains a LoRA adapter over the frozen imported model and saves it
     alone (an adapter checkpoint on the base, by path); two such warm-ups start a joint HACPO run as two
     adapters on one copy of the base, each from its warm-up's adapter. Full warm-ups keep their identity."""
@@ -215,6 +217,8 @@ def test_lora_warm_ups_are_adapters_that_a_joint_run_holds_on_one_base(tmp_path,
     from hacpo.config import load_train_config
     from hacpo.engines.local import train
 
+    # the vocabulary head in slices, as a real model's batches take it (a tiny vocabulary fits the budget)
+    monkeypatch.setattr("hacpo.agents.vocab.LOGITS_BUDGET", 64)
     src = _base_model_dir(tmp_path / "base", with_template=False)
     base = tmp_path / "models" / "base"
     import_model({"hf_dir": str(src)}, "few_shot", base)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -50,7 +51,12 @@ class OutputHead:
 
     @staticmethod
     def of(model, budget: int | None = None) -> OutputHead | None:
-        """The head of a supported architecture (:data:`HEADS`), else None."""
+        """The head of a supported architecture (:data:`HEADS`), else None. A peft wrapper is looked
+        through (its ``.model`` is the causal LM, not the backbone): the head and backbone are its inner
+        model's, LoRA layers in place, so the active adapter still applies."""
+        peft = sys.modules.get("peft")  # a wrapper exists only where peft was imported
+        if peft is not None and isinstance(model, peft.PeftModel):
+            model = model.base_model.model
         cfg = getattr(model, "config", None)
         lm_head = getattr(model, "lm_head", None)
         if cfg is None or cfg.model_type not in HEADS or not hasattr(model, "model"):
