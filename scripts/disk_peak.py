@@ -6,13 +6,15 @@ size (``cost_table.py``'s disk) hides the checkpoints a run held and its retenti
 
 Samples the folder's size (files' apparent bytes, a hard link once, symlinks not followed) every ``--every``
 seconds while the command runs, appends each sample to ``--log`` (seconds, bytes), and prints the peak, when
-it came, and the folder's largest subfolders at that moment. Exits with the command's status.
+it came, and the folder's largest subfolders at that moment. Exits with the command's status; an interrupt
+(Ctrl-C) stops the command, and the peak so far is still printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -53,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command: give it after --, e.g. -- snakemake -c2 --configfile config/real.yaml")
     start = time.monotonic()
     proc = subprocess.Popen(command)
+    # Ctrl-C reaches the command (its process group's); this keeps sampling until the command has stopped
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     peak, peak_at, peak_parts = -1, 0.0, {}
     log = args.log.open("a") if args.log else None
     while True:

@@ -15,7 +15,7 @@ from hacpo.pipeline import ConfigError, Pipeline, Run
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = (
     "config", "paper", "ci", "one-gpu", "real", "countdown", "rehearsal", "rehearsal-ci", "rehearsal-real",
-    "real-claims",
+    "real-claims", "real-four",
 )
 # an overlay → the configs it is laid over (every file given, in order)
 OVERLAYS = {
@@ -52,6 +52,19 @@ def test_a_part_of_the_real_target_is_a_subset_of_its_runs(part, groups):
     assert {r.group for r in part_pipe.runs} == groups
     for run in part_pipe.runs:
         assert part_pipe.train_config(run) == whole.train_config(run)
+
+
+def test_the_four_state_config_holds_one_base_and_four_adapters():
+    """config/real-four.yaml: four SmolLM2 states, each a LoRA adapter (three warm-ups' and a fresh one) on the
+    one imported model, so its joint runs name one shared base; its GSPO runs train each agent alone."""
+    p = pipe("real-four")
+    joint = [r for r in p.runs if r.method == "hacpo"]
+    assert len(joint) == len(p.cfg.seeds) == 5 and len([r for r in p.runs if r.method == "gspo"]) == 4 * 5
+    agents = p.train_config(joint[0])["agents"]
+    assert [a["shared_base"] for a in agents] == ["smollm2"] * 4
+    assert all(a["adapter"]["lora"]["rank"] == 8 for a in agents)
+    steps = [p.cfg.models[a["name"]].warm.max_steps for a in agents[1:]]
+    assert steps == sorted(steps) and len(set(steps)) == 3  # three states beside the imported model
 
 
 def test_every_shipped_workflow_config_is_tested():
