@@ -55,8 +55,8 @@ def test_a_part_of_the_real_target_is_a_subset_of_its_runs(part, groups):
 
 
 def test_the_four_state_config_holds_one_base_and_four_adapters():
-    """config/real-four.yaml: four SmolLM2 states, each a LoRA adapter (three warm-ups' and a fresh one) on the
-    one imported model, so its joint runs name one shared base; its GSPO runs train each agent alone."""
+    """config/real-four.yaml: four SmolLM2 states, each a LoRA adapter (three warm-ups' and a fresh one) on
+    the one imported model, so its joint runs name one shared base; its GSPO runs train each agent alone."""
     p = pipe("real-four")
     joint = [r for r in p.runs if r.method == "hacpo"]
     assert len(joint) == len(p.cfg.seeds) == 5 and len([r for r in p.runs if r.method == "gspo"]) == 4 * 5
