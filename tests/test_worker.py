@@ -368,3 +368,19 @@ def test_preloaded_server_runs_eval_fast(sockdir, small_agent, toy_data):
         f"\nworker start {t_start:.2f} s; eval via worker {t_worker:.2f} s vs in-process {t_local:.2f} s; "
         f"methods via worker {t_methods:.2f} s"
     )
+
+
+def test_a_worker_that_does_not_come_up_leaves_the_jobs_to_their_own_processes(tmp_path, monkeypatch, capsys):
+    """The workflow's ``onstart``: a worker that does not answer in time (a loaded machine still importing
+    torch) is said on stderr and switched off for the jobs, instead of stopping the workflow."""
+    from hacpo import worker
+    from hacpo.pipeline.hooks import start_worker
+
+    def slow(sock, log, **_):
+        raise RuntimeError(f"hacpo worker did not answer on {sock} within 60 s; see {log}")
+
+    monkeypatch.setattr(worker, "start_background", slow)
+    monkeypatch.setenv("HACPO_WORKER", "")
+    assert start_worker(True, str(tmp_path / "logs" / "worker.log")) is None
+    assert os.environ["HACPO_WORKER"] == "off"
+    assert "no warm worker (hacpo worker did not answer" in capsys.readouterr().err

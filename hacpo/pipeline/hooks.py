@@ -99,13 +99,23 @@ def record_results_owner(pipe) -> None:
 
 
 def start_worker(local_exec: bool, log: str) -> str | None:
+    """``onstart``: the warm worker for the local jobs, its socket in ``HACPO_WORKER``; None where there is
+    none. The worker only saves imports: one that does not come up (a machine too loaded to import torch
+    within the wait) is said on stderr, and the jobs run as processes of their own, as with
+    ``HACPO_WORKER=off``."""
     if not local_exec or os.environ.get("HACPO_WORKER", "") == "off":
         return None
     from hacpo import worker
 
     sock = os.path.join(tempfile.mkdtemp(prefix="hacpo-"), "worker.sock")
     os.makedirs(os.path.dirname(log), exist_ok=True)
-    worker.start_background(sock, log, parent_pid=os.getpid())
+    try:
+        worker.start_background(sock, log, parent_pid=os.getpid())
+    except RuntimeError as err:
+        shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+        print(f"hacpo: no warm worker ({err}); each job imports torch in its own process", file=sys.stderr)
+        os.environ["HACPO_WORKER"] = "off"
+        return None
     os.environ["HACPO_WORKER"] = sock  # inherited by the local jobs' shells
     return sock
 
