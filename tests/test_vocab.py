@@ -58,6 +58,26 @@ def _grads(model, loss):
     return {n: p.grad.clone() for n, p in model.named_parameters()}
 
 
+def test_the_sliced_head_looks_through_peft_and_keeps_the_active_adapter(monkeypatch):
+    """A LoRA model as peft wraps it (a warm-up's, OpenRLHF's actor's): the head and backbone are the inner
+    model's, not the wrapper's ``.model`` (the whole causal LM), and its log-probs are the adapted model's."""
+    from peft import LoraConfig, get_peft_model
+
+    peft_model = get_peft_model(_model("llama"), LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    for name, p in peft_model.named_parameters():
+        if "lora_B" in name:  # B ≠ 0: the adapter changes the function, so a path without it would differ
+            torch.nn.init.normal_(p, std=0.5)
+    peft_model.eval()
+    ids = torch.randint(0, V, (2, 9))
+    ref = _full(peft_model, ids, 4)
+    with peft_model.disable_adapter():
+        assert not torch.allclose(_full(peft_model, ids, 4), ref, atol=1e-3)
+    monkeypatch.setattr(vocab, "LOGITS_BUDGET", 2 * V)
+    head = head_for(peft_model, ids.numel())
+    assert head is not None and head.backbone is peft_model.base_model.model.model
+    torch.testing.assert_close(token_logprobs(peft_model, ids, 4), ref, atol=1e-6, rtol=0)
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen3", "gemma3", "gemma3_cap"])
 def test_sliced_head_equals_the_models_logits_values_and_gradients(kind, monkeypatch):
     model = _model(kind).eval()

@@ -28,8 +28,6 @@ def sliced_head(actor, tokens: int, zero_stage: int = 2, budget: int | None = No
     inner = getattr(actor, "module", actor)  # a DeepSpeedEngine → the Actor
     model = getattr(inner, "model", None)
     model = getattr(model, "module", model)  # OpenRLHF puts the engine at Actor.model: → the HF model
-    if hasattr(model, "get_base_model"):  # LoRA: peft's wrapper (its .model is the whole causal LM)
-        model = model.get_base_model()
     if model is None or zero_stage >= 3 or getattr(inner, "packing_samples", False):
         return None
     if getattr(inner, "temperature", 1.0) != 1.0 or getattr(inner, "is_vlm", False):
