@@ -236,6 +236,28 @@ def test_an_adapter_whose_base_moved_names_the_fix(tmp_path):
         adapters.base_of(ckpt)
 
 
+def test_a_moved_results_folder_finds_its_adapters_base_at_the_same_place(tmp_path, capsys):
+    """peft records a base by its absolute path; a results folder moved (or pooled from another machine)
+    finds the base where it lies beside the adapter in the moved folder, and says so."""
+    import shutil
+
+    old = tmp_path / "old" / "results"
+    (old / "models" / "base").mkdir(parents=True)
+    (old / "models" / "base" / "config.json").write_text("{}")
+    (old / "models" / "w").mkdir()
+    record = {"base_model_name_or_path": str(old / "models" / "base")}
+    (old / "models" / "w" / adapters.ADAPTER_CONFIG).write_text(json.dumps(record))
+    new = tmp_path / "new" / "results"
+    shutil.copytree(old, new)
+    shutil.rmtree(tmp_path / "old")
+    assert adapters.base_of(new / "models" / "w") == new / "models" / "base"
+    said = f"its base {old / 'models' / 'base'} is not here; using {new / 'models' / 'base'}"
+    assert said in capsys.readouterr().err
+    shutil.rmtree(new / "models" / "base")  # nowhere: the error names the fix
+    with pytest.raises(ValueError, match="--base"):
+        adapters.base_of(new / "models" / "w")
+
+
 # ------------------------------------------------------------------------------------------- precision
 @pytest.mark.parametrize(
     "flags, expect",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -210,15 +211,38 @@ def base_path(path: str | Path) -> Path:
 
 
 def base_of(checkpoint: str | Path, base: str | Path | None = None) -> Path:
-    """The base model directory an adapter checkpoint was trained on (``base`` overrides the recorded one)."""
+    """The base model directory an adapter checkpoint was trained on (``base`` overrides the recorded one).
+
+    peft records the base by its absolute path. Where that is not a model directory (the results folder was
+    moved, copied, or pooled from another machine), the base is looked for at the same place relative to
+    the adapter: the recorded path's last parts under the adapter's nearest folder that has them (a warm-up
+    at ``<results>/models/w`` over ``/elsewhere/<results>/models/base`` finds ``<results>/models/base``),
+    and stderr says which directory stands in for the recorded one."""
     recorded = json.loads((Path(checkpoint) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
     path = Path(base or recorded or "")
+    if not base and recorded and not (path / "config.json").is_file():
+        moved = _relocated(Path(checkpoint).resolve(), Path(recorded))
+        if moved is not None:
+            print(f"hacpo: {checkpoint}: its base {recorded} is not here; using {moved}", file=sys.stderr)
+            path = moved
     if not (path / "config.json").is_file():
         raise ValueError(
             f"{checkpoint} is a LoRA adapter over {recorded!r}, which is not a model directory here "
             "(moved, or trained on another machine): pass its base model with --base PATH"
         )
     return path
+
+
+def _relocated(adapter: Path, recorded: Path) -> Path | None:
+    """``recorded``'s last parts (two or more: a folder and the model's name) under the nearest ancestor of
+    ``adapter`` where they name a model directory, longest first; None where none does."""
+    parts = recorded.parts[1:] if recorded.is_absolute() else recorded.parts
+    for ancestor in adapter.parents:
+        for start in range(len(parts) - 1):
+            candidate = ancestor.joinpath(*parts[start:])
+            if candidate != recorded and (candidate / "config.json").is_file():
+                return candidate
+    return None
 
 
 def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32, base: str | Path | None = None):
