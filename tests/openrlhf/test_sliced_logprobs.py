@@ -1,7 +1,8 @@
 """The joint driver's log-prob passes on OpenRLHF actors with the head in slices
 (:mod:`hacpo.engines.openrlhf.joint.logprobs`) equal OpenRLHF's own ``Actor.forward``: values and gradients,
-on a Llama with its own head and on a Gemma-3 with tied embeddings, a final soft-cap and sliding-window and
-global layers (tiny random models; the budget forced down so that every pass slices)."""
+on a Llama with its own head (also under a peft-wrapped LoRA adapter) and on a Gemma-3 with tied embeddings,
+a final soft-cap and sliding-window and global layers (tiny random models; the budget forced down so that
+every pass slices)."""
 
 from __future__ import annotations
 
@@ -50,11 +51,23 @@ def _batch():
     return seq, action, attention
 
 
-@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def _lora(model):
+    """peft's wrapper, as OpenRLHF's ``Actor`` puts it around a LoRA model, B ≠ 0 so the adapter counts."""
+    from peft import LoraConfig, get_peft_model
+
+    wrapped = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"))
+    for name, p in wrapped.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)
+    return wrapped
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3", "llama-lora"])
 def test_sliced_log_probs_equal_openrlhfs_actor_forward(arch):
     from openrlhf.models.actor import Actor
 
-    actor = Actor(_model(arch))
+    model = _model(arch.removesuffix("-lora"))
+    actor = Actor(_lora(model) if arch.endswith("-lora") else model)
     actor.packing_samples = False  # Actor(model) leaves it unset; from_pretrained sets False
     seq, action, attention = _batch()
     head = sliced_head(actor, seq.numel(), zero_stage=2, budget=301 * 3)  # three rows of logits per slice
@@ -64,13 +77,14 @@ def test_sliced_log_probs_equal_openrlhfs_actor_forward(arch):
 
     ours = action_log_probs(head, seq, action, attention)
     ours.sum().backward()
-    ours_grads = {n: p.grad.clone() for n, p in actor.named_parameters()}
+    trained = [(n, p) for n, p in actor.named_parameters() if p.requires_grad]  # LoRA: the adapter only
+    ours_grads = {n: p.grad.clone() for n, p in trained}
     actor.zero_grad()
     theirs = actor(seq, action, attention_mask=attention)
     theirs.sum().backward()
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)
     assert (ours[action == 0] == 0).all()
-    for name, p in actor.named_parameters():
+    for name, p in trained:
         torch.testing.assert_close(ours_grads[name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
 
 
