@@ -240,7 +240,7 @@ def _relocated(adapter: Path, recorded: Path) -> Path | None:
     for ancestor in adapter.parents:
         for start in range(len(parts) - 1):
             candidate = ancestor.joinpath(*parts[start:])
-            if candidate != recorded and (candidate / "config.json").is_file():
+            if (candidate / "config.json").is_file():
                 return candidate
     return None
 

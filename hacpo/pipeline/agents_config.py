@@ -168,12 +168,17 @@ class Model(_Strict):
     )
 
     @property
+    def warm_lora(self) -> LoraSpec | None:
+        """The adapter a LoRA warm-up (``warm: {lora: …}``) trained, which its runs train on; else None."""
+        return self.warm.lora if self.warm is not None else None
+
+    @property
     def adapter_base(self) -> str | None:
         """The model whose weights this one is an adapter on: its ``shared_base``, or the ``from`` of a LoRA
         warm-up; None for a model with weights of its own."""
         if self.shared_base is not None:
             return self.shared_base
-        return self.warm.base if self.warm is not None and self.warm.lora is not None else None
+        return self.warm.base if self.warm_lora is not None else None
 
     @property
     def written_by_workflow(self) -> bool:

@@ -214,9 +214,9 @@ class PipelineConfig(ViewChecks, _Strict):
         it is refused; only the local engine starts a run from an adapter."""
         errs, run_adapter = [], self.training.get("adapter")
         for name, m in self.models.items():
-            if m.warm is None or m.warm.lora is None:
+            if m.warm_lora is None:
                 continue
-            warmed = m.warm.lora.model_dump()
+            warmed = m.warm_lora.model_dump()
             declared = m.adapter.model_dump() if m.adapter is not None else run_adapter
             where = f"models.{name}.adapter" if m.adapter is not None else "training.adapter"
             if declared is not None and declared.get("lora") is None:

@@ -337,8 +337,8 @@ class Pipeline:
         run's ``training.adapter``; none: full fine-tuning) and its own learning rate, if it has one."""
         m = self.cfg.models[model]
         adapter = m.adapter.model_dump() if m.adapter is not None else run_adapter
-        if m.warm is not None and m.warm.lora is not None:  # its warm-up's adapter, trained on (checked)
-            adapter = {"lora": m.warm.lora.model_dump()}
+        if m.warm_lora is not None:  # its warm-up's adapter, trained on (checked)
+            adapter = {"lora": m.warm_lora.model_dump()}
         lora = {"adapter": adapter} if adapter and adapter.get("lora") else {}
         lr = {"lr": m.lr} if m.lr is not None else {}
         return {"name": model, "path": self.model_path(model), **lora, **lr}
